@@ -1,0 +1,195 @@
+"""The Coder protocol: how a task becomes a command, and how its output becomes Events.
+
+A coder is the only place that knows a vendor's flags and output format. The engine knows only
+this protocol, so adding an agent CLI is one module (and an entry point in the
+``fleet_tui.coders`` group for third parties). No textual or rich imports here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Task
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """Everything a coder may use to build one attempt's command line and configuration."""
+
+    task: Task
+    attempt: int
+    prompt: str
+    workdir: Path  # where the agent runs (its worktree, or the task's cwd)
+    attempt_dir: Path  # tasks/<id>/attempts/<n>/: per-run config goes here, never in ~
+    home: Path  # the fleet home
+    model: str | None = None
+    #: argv that starts the ask_human stdio MCP server for this attempt
+    mcp_command: tuple[str, ...] = ()
+    #: environment the MCP server needs (FLEET_HOME, FLEET_TASK_ID, FLEET_ATTEMPT, store URL...)
+    mcp_env: Mapping[str, str] = field(default_factory=dict)
+
+
+class Normalizer(Protocol):
+    """Per-attempt, stateful: turns raw output lines into Events and classifies the end."""
+
+    def feed(self, line: str, ts: float) -> list[Event]:
+        """One raw stdout line (without its newline) -> zero or more Events.
+
+        Must never raise on bad input: a line that is not what the coder expects becomes a
+        ``text`` (or ``stderr``) event carrying the line.
+        """
+        ...
+
+    def outcome(self, exit_code: int | None) -> Outcome:
+        """The attempt's classified outcome from what was fed so far and the exit code."""
+        ...
+
+
+class Coder(Protocol):
+    name: ClassVar[str]
+    #: the executable this coder needs on PATH (None: nothing external)
+    program: ClassVar[str | None]
+    #: how to install ``program``, for doctor/validate/never_started messages
+    install_hint: ClassVar[str]
+
+    def argv(self, ctx: AttemptContext) -> list[str]: ...
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        """Extra environment for the agent (merged over the supervisor's)."""
+        ...
+
+    def stdin(self, ctx: AttemptContext) -> bytes | None:
+        """Bytes to write to the agent's stdin (then closed); None: stdin is /dev/null."""
+        ...
+
+    def prepare(self, ctx: AttemptContext) -> None:
+        """Write per-run config (MCP registration, settings) under ``ctx.attempt_dir``."""
+        ...
+
+    def normalizer(self, task_id: str, attempt: int, start_seq: int = 0) -> Normalizer: ...
+
+    def available(self) -> tuple[bool, str]:
+        """(usable, detail): found on PATH and runnable, or why not (with the install hint)."""
+        ...
+
+    def version(self) -> str | None: ...
+
+
+class BaseNormalizer:
+    """Shared plumbing: sequence numbers and safe fallbacks for lines a coder cannot parse."""
+
+    def __init__(self, task_id: str, attempt: int, start_seq: int = 0) -> None:
+        self.task_id = task_id
+        self.attempt = attempt
+        self.seq = start_seq
+        self.last_text: str | None = None
+        self.result_text: str | None = None
+        self.result_is_error: bool | None = None
+        self.cost_usd: float | None = None
+        self.rate_limit: RateLimit | None = None
+
+    def ev(self, ts: float, kind: str, **kw: Any) -> Event:
+        e = Event(task_id=self.task_id, attempt=self.attempt, seq=self.seq, ts=ts, kind=kind, **kw)
+        self.seq += 1
+        if kind == "text" and kw.get("text"):
+            self.last_text = kw["text"]
+        return e
+
+    @staticmethod
+    def parse_json(line: str) -> Any:
+        """The parsed JSON value of a line, or None when the line is not JSON."""
+        s = line.strip()
+        if not s or s[0] not in "{[":
+            return None
+        try:
+            return json.loads(s)
+        except (ValueError, RecursionError):
+            return None
+
+    def fallback(self, line: str, ts: float) -> list[Event]:
+        if not line.strip():
+            return []
+        return [self.ev(ts, "text", text=line)]
+
+
+class BaseCoder:
+    """Defaults for the optional parts of the protocol."""
+
+    name: ClassVar[str] = "base"
+    program: ClassVar[str | None] = None
+    install_hint: ClassVar[str] = ""
+
+    def env(self, ctx: AttemptContext) -> dict[str, str]:
+        return {}
+
+    def stdin(self, ctx: AttemptContext) -> bytes | None:
+        return None
+
+    def prepare(self, ctx: AttemptContext) -> None:
+        return None
+
+    def which(self) -> str | None:
+        return shutil.which(self.program) if self.program else None
+
+    def available(self) -> tuple[bool, str]:
+        if self.program is None:
+            return True, "built in"
+        path = self.which()
+        if path is None:
+            return False, f"'{self.program}' not found on PATH; install it: {self.install_hint}"
+        return True, path
+
+    def version(self) -> str | None:
+        path = self.which()
+        if path is None:
+            return None
+        try:
+            out = subprocess.run(
+                [path, "--version"], capture_output=True, text=True, timeout=20, env=os.environ.copy()
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        text = (out.stdout or out.stderr).strip().splitlines()
+        return text[0] if text else None
+
+
+class CoderNotFound(LookupError):
+    pass
+
+
+_REGISTRY: dict[str, type] | None = None
+
+
+def _load_registry() -> dict[str, type]:
+    global _REGISTRY
+    if _REGISTRY is None:
+        reg: dict[str, type] = {}
+        for ep in entry_points(group="fleet_tui.coders"):
+            try:
+                reg[ep.name] = ep.load()
+            except Exception:  # a broken third-party plugin must not break the fleet
+                continue
+        _REGISTRY = reg
+    return _REGISTRY
+
+
+def coder_names() -> list[str]:
+    return sorted(_load_registry())
+
+
+def get_coder(name: str) -> Coder:
+    """An instance of the coder registered under ``name`` in the entry-point group."""
+    cls = _load_registry().get(name)
+    if cls is None:
+        known = ", ".join(coder_names()) or "none"
+        raise CoderNotFound(f"unknown coder {name!r} (known: {known})")
+    inst: Coder = cls()
+    return inst

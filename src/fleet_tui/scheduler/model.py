@@ -1,0 +1,305 @@
+"""The values that cross boundaries: task specs, tasks, attempts, events, questions, hosts.
+
+Everything here is a frozen dataclass so the engine, the stores, the coders and the cockpit can
+hand values to each other (and across threads) without anyone mutating what another holds. The
+cockpit only ever sees these, never a process, a repository or a database handle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fleet_tui.scheduler.states import TaskStatus
+
+EventKind = Literal[
+    "session_started",
+    "text",
+    "thinking",
+    "tool_call",
+    "tool_result",
+    "usage",
+    "rate_limit",
+    "question",
+    "answer",
+    "api_retry",
+    "error",
+    "result",
+    "stderr",
+    "oversized",
+    "lifecycle",
+    "verify",
+]
+
+EVENT_KINDS: tuple[str, ...] = EventKind.__args__  # type: ignore[attr-defined]
+
+OutcomeKind = Literal[
+    "success", "failure", "rate_limited", "auth_failed", "context_pressure", "stalled", "killed"
+]
+
+
+@dataclass(frozen=True)
+class VerifySpec:
+    """One verifier of a task (DESIGN section 7). ``kind`` is run, agent or artifact."""
+
+    kind: Literal["run", "agent", "artifact"]
+    run: str | None = None
+    agent: str | None = None
+    coder: str | None = None
+    model: str | None = None
+    path: str | None = None
+    min_chars: int = 0
+    contains: tuple[str, ...] = ()
+    timeout_min: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "run":
+            return f"run: {self.run}"
+        if self.kind == "agent":
+            return f"agent: {(self.agent or '')[:40]}"
+        return f"artifact: {self.path}"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What the user asked for: a task as written in tasks.toml or given to ``add``."""
+
+    name: str
+    prompt: str
+    cwd: str = "."
+    coder: str | None = None  # None: the config's default coder, frozen at first claim
+    model: str | None = None
+    command: str | None = None  # for the shell coder
+    git_ref: str | None = None
+    priority: int = 0
+    depends_on: tuple[str, ...] = ()
+    timeout_min: float | None = None
+    stall_min: float | None = None
+    max_retries: int | None = None  # None: the config's default
+    requires: tuple[str, ...] = ()
+    verify: tuple[VerifySpec, ...] = ()
+    budget_usd: float | None = None
+    setup: str | None = None  # worktree setup command
+    merge: Literal["manual", "auto"] = "manual"
+    env: tuple[tuple[str, str], ...] = ()
+    source: str | None = None  # "file:line" the spec came from, for messages
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task as the store holds it now. ``attempt`` is the number of the current/last attempt."""
+
+    id: str
+    spec: TaskSpec
+    status: TaskStatus
+    reason: str | None = None  # why needs_human / cancelled / paused
+    waiting: str | None = None  # why a queued task does not start (set by the gate/planner)
+    attempt: int = 0
+    retries_used: int = 0
+    handoffs: int = 0
+    false_completions: int = 0
+    coder: str | None = None  # resolved at first claim, then frozen
+    model: str | None = None
+    owner: str | None = None
+    host: str | None = None
+    lease_until: float | None = None
+    not_before: float | None = None  # retry backoff / rate-limit reset
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: float | None = None  # first claim
+    attempt_started_at: float | None = None
+    finished_at: float | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    context_tokens: int | None = None
+    context_window: int | None = None
+    result_text: str | None = None
+    branch: str | None = None
+    worktree: str | None = None
+    workdir: str | None = None  # where the agent runs (worktree or cwd), absolute
+    paused_running: bool = False  # paused while its agent was alive (SIGSTOPped)
+    merged_commit: str | None = None
+    asking: bool = False  # a question of this task is pending
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class Attempt:
+    task_id: str
+    n: int
+    owner: str
+    dir: str
+    started_at: float
+    prompt: str = ""
+    shim_pid: int | None = None
+    shim_create_time: float | None = None
+    agent_pid: int | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    outcome: str | None = None  # OutcomeKind, or an engine verdict like verify_failed
+    detail: str | None = None
+    stdout_offset: int = 0
+    next_seq: int = 0
+    verify_output: str | None = None
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A rate-limit reading for one coder account."""
+
+    account: str  # usually the coder name
+    status: str = "unknown"  # allowed | allowed_warning | rejected | unknown
+    utilization: float | None = None  # 0..1
+    resets_at: float | None = None  # epoch seconds
+    window: str | None = None  # five_hour, seven_day, ...
+    observed_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_creation_tokens
+
+
+@dataclass(frozen=True)
+class Event:
+    """One normalized agent event: the same type for every vendor (DESIGN section 6)."""
+
+    task_id: str
+    attempt: int
+    seq: int
+    ts: float
+    kind: str  # one of EVENT_KINDS
+    text: str | None = None
+    tool: str | None = None
+    tool_input: Any = None
+    tool_id: str | None = None  # pairs tool_call with tool_result
+    is_error: bool = False
+    usage: Usage | None = None
+    cost_usd: float | None = None
+    context_tokens: int | None = None
+    context_window: int | None = None
+    rate_limit: RateLimit | None = None
+    session_id: str | None = None
+    raw: Any = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended, classified by its coder (then refined by the engine)."""
+
+    kind: str  # OutcomeKind
+    detail: str = ""
+    resets_at: float | None = None
+    result_text: str | None = None
+    cost_usd: float | None = None
+    claimed_success: bool = False  # the agent itself said it succeeded
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    task_id: str
+    attempt: int
+    asked_at: float
+    text: str
+    options: tuple[str, ...] = ()
+    status: Literal["pending", "answered", "cancelled", "expired"] = "pending"
+    answer: str | None = None
+    answered_at: float | None = None
+    answered_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    heartbeat: float
+    cores: int = 0
+    load: float | None = None
+    mem_available: int | None = None
+    disk_free: int | None = None
+    running: int = 0
+    tags: tuple[str, ...] = ()
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class Transition:
+    task_id: str
+    ts: float
+    src: str | None
+    dst: str
+    reason: str | None
+    attempt: int
+    actor: str | None
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command for the engine that owns a task (kill, pause, resume, retry, cancel, merge)."""
+
+    id: int
+    task_id: str | None  # None: fleet-wide (pause --all / resume --all)
+    verb: str
+    arg: str | None
+    created_at: float
+    target_owner: str | None = None
+    status: str = "pending"  # pending | done | failed
+    result: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The admission gate's verdict for one task: ok, or the first failing gate's reason."""
+
+    ok: bool
+    reason: str | None = None
+    retry_at: float | None = None  # when the gate might pass again, if known
+
+
+@dataclass(frozen=True)
+class Gauges:
+    running: int = 0
+    max_concurrent: int = 0
+    paused: bool = False
+    load_per_core: float | None = None
+    mem_available: int | None = None
+    mem_floor: int | None = None
+    disk_free: int | None = None
+    rate_limits: tuple[RateLimit, ...] = ()
+    hosts: int = 1
+    budget_spent_usd: float = 0.0
+    budget_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An immutable view of the fleet for the first paint and for gauges."""
+
+    taken_at: float
+    tasks: tuple[Task, ...] = ()
+    questions: tuple[Question, ...] = ()
+    hosts: tuple[Host, ...] = ()
+    gauges: Gauges = field(default_factory=Gauges)
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    """One item of ``Engine.subscribe()``: a task changed, an agent event, a question, a notice."""
+
+    kind: Literal["task", "event", "question", "notice", "gauges"]
+    task: Task | None = None
+    event: Event | None = None
+    question: Question | None = None
+    gauges: Gauges | None = None
+    text: str | None = None

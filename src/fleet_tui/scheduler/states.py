@@ -1,0 +1,59 @@
+"""Task states and the one table of allowed transitions.
+
+Kept apart from everything else (Supervisor-style) so the whole life of a task can be read on one
+screen, and so the store can refuse an illegal transition in the same transaction that would
+write it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    VERIFYING = "verifying"
+    DONE = "done"
+    NEEDS_HUMAN = "needs_human"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+
+
+Q, R, V, D, H, P, C = (
+    TaskStatus.QUEUED,
+    TaskStatus.RUNNING,
+    TaskStatus.VERIFYING,
+    TaskStatus.DONE,
+    TaskStatus.NEEDS_HUMAN,
+    TaskStatus.PAUSED,
+    TaskStatus.CANCELLED,
+)
+
+#: from-state -> the states it may move to.  ``running -> running`` is an adoption or a
+#: re-claim after a crash (a new owner and/or attempt), recorded like any other transition.
+ALLOWED: dict[TaskStatus, frozenset[TaskStatus]] = {
+    Q: frozenset({R, P, C, H}),  # H: dependency_failed / never_started / over budget
+    R: frozenset({R, V, D, Q, H, P, C}),  # Q: retry, rate limit, handoff, lost lease
+    V: frozenset({D, Q, H, C}),
+    P: frozenset({Q, R, C, H}),  # R: resume of a paused running agent (SIGCONT)
+    H: frozenset({Q, C, D}),  # Q: retry by the user; D: merge of a conflict resolved by hand
+    D: frozenset({H, D}),  # H: merge_conflict on a done task; D->D: merge recorded
+    C: frozenset({Q}),  # retry of a cancelled task
+}
+
+TERMINAL: frozenset[TaskStatus] = frozenset({D, C})
+ACTIVE: frozenset[TaskStatus] = frozenset({R, V})
+#: states whose dependents may not proceed (they cascade to dependency_failed)
+PARKED: frozenset[TaskStatus] = frozenset({H, C})
+
+
+def allowed(src: TaskStatus, dst: TaskStatus) -> bool:
+    return dst in ALLOWED[src]
+
+
+class IllegalTransition(ValueError):
+    def __init__(self, src: TaskStatus, dst: TaskStatus) -> None:
+        super().__init__(f"illegal transition {src.value} -> {dst.value}")
+        self.src = src
+        self.dst = dst
