@@ -52,6 +52,11 @@ class Normalizer(Protocol):
         """The attempt's classified outcome from what was fed so far and the exit code."""
         ...
 
+    def poll(self, ts: float) -> list[Event]:
+        """Events from side files (e.g. Codex's rollout in the run's own CODEX_HOME); called by
+        the runner on every tail tick and once at the end. Most coders return []."""
+        ...
+
 
 class Coder(Protocol):
     name: ClassVar[str]
@@ -74,7 +79,11 @@ class Coder(Protocol):
         """Write per-run config (MCP registration, settings) under ``ctx.attempt_dir``."""
         ...
 
-    def normalizer(self, task_id: str, attempt: int, start_seq: int = 0) -> Normalizer: ...
+    def normalizer(
+        self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None
+    ) -> Normalizer:
+        """A fresh normalizer; ``attempt_dir`` lets it read side files the coder wrote there."""
+        ...
 
     def available(self) -> tuple[bool, str]:
         """(usable, detail): found on PATH and runnable, or why not (with the install hint)."""
@@ -113,6 +122,9 @@ class BaseNormalizer:
             return json.loads(s)
         except (ValueError, RecursionError):
             return None
+
+    def poll(self, ts: float) -> list[Event]:
+        return []
 
     def fallback(self, line: str, ts: float) -> list[Event]:
         if not line.strip():

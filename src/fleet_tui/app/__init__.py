@@ -1,0 +1,1 @@
+"""The Textual side: the cockpit app and its widgets."""

@@ -1,0 +1,1 @@
+"""The engine: pure async scheduling, no UI imports (a test enforces it)."""

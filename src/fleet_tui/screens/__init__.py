@@ -1,0 +1,1 @@
+"""Cockpit screens: main, detail, answer, new task, confirm, help."""
