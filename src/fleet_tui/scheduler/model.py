@@ -145,6 +145,8 @@ class Attempt:
     stdout_offset: int = 0
     next_seq: int = 0
     verify_output: str | None = None
+    cost_usd: float = 0.0
+    tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,14 @@ class Store(Protocol):
         """Tasks whose depends_on names this task (one level)."""
         ...
 
+    def dependencies(self, task_id: str) -> list[Task]:
+        """The tasks this task depends on."""
+        ...
+
+    def set_waiting(self, reasons: dict[str, str | None]) -> None:
+        """Record why queued tasks wait (the gate's first failing reason), None to clear."""
+        ...
+
     def claim(
         self,
         owner: str,
@@ -194,6 +202,12 @@ class Store(Protocol):
         Returns how many tasks it still owns."""
         ...
 
+    def extend_lease(self, task_id: str, owner: str, until: float) -> bool:
+        """Extend one task's lease (the cockpit's "leave running"), fenced by owner."""
+        ...
+
+    def live_engines(self, now: float, stale_s: float) -> list[dict[str, Any]]: ...
+
     def engine_info(self, owner: str) -> dict[str, Any] | None:
         """{owner, host, pid, pid_create_time, heartbeat, stopped} or None."""
         ...
@@ -230,7 +244,13 @@ class Store(Protocol):
         """Events of a task in order; ``after`` = (attempt, seq) for tailing."""
         ...
 
+    def last_events(self, task_id: str, limit: int) -> list[Event]:
+        """The newest ``limit`` events of a task, oldest first."""
+        ...
+
     # -- questions ---------------------------------------------------------------------------
+    def questions(self, task_id: str) -> list[Question]: ...
+
     def add_question(self, task_id: str, attempt: int, text: str, options: Sequence[str],
                      now: float) -> Question: ...
 
