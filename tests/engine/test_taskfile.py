@@ -1,0 +1,482 @@
+"""The task file loader: every error class with its exact file:line, and good files -> specs."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+from fleet_tui.taskfile import (
+    TaskFileError,
+    load_taskfile,
+    toml_key_lines,
+    validate_spec,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+CODERS = ("claude", "codex", "opencode", "gemini", "shell", "sim")
+
+
+def write(tmp_path: Path, body: str, name: str = "tasks.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def load(path: Path, **kw: object) -> list[str]:
+    res = load_taskfile(path, known_coders=kw.pop("known_coders", CODERS), **kw)  # type: ignore[arg-type]
+    return [str(e) for e in res.errors]
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "init"]):
+        subprocess.run(["git", "-C", str(path), *args], check=True, env=env, capture_output=True)
+    return path
+
+
+GOOD = """
+[defaults]
+coder = "claude"
+model = "sonnet"
+max_retries = 2
+env = { LANG = "C", MODE = "default" }
+
+[[task]]
+name        = "user-schema"
+cwd         = "."
+prompt      = "Add a users table migration."
+priority    = 10
+timeout_min = 30
+requires    = ["docker"]
+  [[task.verify]]
+  run = "pytest -q"
+  [[task.verify]]
+  agent = "Review the diff for missing auth checks."
+  model = "haiku"
+  coder = "codex"
+  [[task.artifact]]
+  path = "report.md"
+  min_chars = 800
+  contains = ["Conclusion"]
+
+[[task]]
+name = "user-api"
+prompt = '''
+Build the API.
+[[task]] inside a string is not a header
+name = "not-a-key"
+'''
+depends_on = ["user-schema"]
+coder = "sim"
+merge = "auto"
+budget_usd = 1.5
+env = { MODE = "task" }
+"""
+
+
+def test_good_file_parses_into_specs(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    res = load_taskfile(path, known_coders=CODERS)
+    assert res.errors == ()
+    assert res.ok
+    a, b = res.specs
+    assert a == TaskSpec(
+        name="user-schema",
+        prompt="Add a users table migration.",
+        cwd=str(tmp_path.resolve()),
+        coder="claude",
+        model="sonnet",
+        priority=10,
+        timeout_min=30.0,
+        max_retries=2,
+        requires=("docker",),
+        verify=(
+            VerifySpec(kind="run", run="pytest -q"),
+            VerifySpec(kind="agent", agent="Review the diff for missing auth checks.", model="haiku",
+                       coder="codex"),  # fmt: skip
+            VerifySpec(kind="artifact", path="report.md", min_chars=800, contains=("Conclusion",)),
+        ),
+        env=(("LANG", "C"), ("MODE", "default")),
+        source=f"{path}:7",
+    )
+    assert b.name == "user-api"
+    assert b.coder == "sim" and b.model == "sonnet"  # task wins, default fills in
+    assert b.depends_on == ("user-schema",)
+    assert b.merge == "auto" and b.budget_usd == 1.5
+    assert b.env == (("LANG", "C"), ("MODE", "task"))  # env tables merge, the task's value wins
+    assert b.prompt.startswith("Build the API.")
+    assert b.source == f"{path}:25"
+
+
+def test_key_lines_skip_strings_and_index_arrays_of_tables(tmp_path: Path) -> None:
+    lines = toml_key_lines(textwrap.dedent(GOOD).lstrip("\n"))
+    assert lines[("defaults",)] == 1
+    assert lines[("defaults", "env")] == 5
+    assert lines[("task", 0)] == 7
+    assert lines[("task", 0, "requires")] == 13
+    assert lines[("task", 0, "verify", 0)] == 14
+    assert lines[("task", 0, "verify", 1, "model")] == 18
+    assert lines[("task", 0, "artifact", 0, "contains")] == 23
+    assert lines[("task", 1)] == 25
+    assert lines[("task", 1, "prompt")] == 27
+    assert lines[("task", 1, "depends_on")] == 32
+    assert ("task", 2) not in lines  # the [[task]] inside the multi-line string
+    assert ("task", 1, "not-a-key") not in lines
+    assert lines[("task", 1, "budget_usd")] == 35
+
+
+def test_bad_toml_reports_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        name = "a"
+        prompt = "x"
+        priority = = 3
+    """)
+    (err,) = load(path)
+    assert err.startswith(f"{path}:4: bad TOML:")
+    assert "column" in err
+
+
+def test_bad_toml_duplicate_key_and_unclosed_string(tmp_path: Path) -> None:
+    path = write(tmp_path, '[[task]]\nname = "a"\nname = "b"\n')
+    assert load(path)[0].startswith(f"{path}:3: bad TOML:")
+    path = write(tmp_path, '[[task]]\nname = "a"\nprompt = """never closed\n\n')
+    (err,) = load(path)
+    assert err.startswith(f"{path}:") and "bad TOML" in err
+
+
+def test_unknown_keys_with_did_you_mean(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [defaults]
+        modle = "x"
+
+        [[task]]
+        name = "a"
+        prompt = "x"
+        depends_onn = []
+          [[task.verify]]
+          rnu = "true"
+          [[task.artifact]]
+          path = "r.md"
+          min_char = 3
+
+        [[tasks]]
+        name = "b"
+    """)
+    assert load(path) == [
+        f"{path}:2: unknown key 'modle' in [defaults] — did you mean 'model'?",
+        f"{path}:7: unknown key 'depends_onn' — did you mean 'depends_on'?",
+        f"{path}:8: a [[task.verify]] needs exactly one of run = \"command\" or agent = \"review instructions\"",
+        f"{path}:9: unknown key 'rnu' in [[task.verify]] — did you mean 'run'?",
+        f"{path}:12: unknown key 'min_char' in [[task.artifact]] — did you mean 'min_chars'?",
+        f"{path}:14: unknown top-level key 'tasks' — did you mean 'task'?",
+    ]
+
+
+def test_wrong_types_each_at_their_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        name = "a"
+        prompt = 42
+        priority = "high"
+        depends_on = "b"
+        timeout_min = -1
+        max_retries = 1.5
+        merge = "sometimes"
+        env = { N = 1 }
+        requires = [1, 2]
+        stall_min = true
+    """)
+    errs = load(path)
+    assert [e.split(": ", 1)[0] for e in errs] == [f"{path}:{n}" for n in range(3, 12)]
+    assert "prompt must be a string, got an integer" in errs[0]
+    assert "priority must be an integer" in errs[1]
+    assert 'depends_on must be an array of strings like ["other-task"], got a string' in errs[2]
+    assert "timeout_min must be greater than 0" in errs[3]
+    assert "max_retries must be a whole number >= 0" in errs[4]
+    assert 'merge must be "manual" or "auto"' in errs[5]
+    assert "env values must be strings: N" in errs[6]
+    assert "requires must be an array of strings" in errs[7]
+    assert "stall_min must be a number, got a boolean" in errs[8]
+
+
+def test_missing_name_and_prompt_point_at_the_header(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        prompt = "no name"
+
+        [[task]]
+        name = "no-prompt"
+
+        [[task]]
+        name = "shell-ok"
+        coder = "shell"
+        command = "make test"
+    """)
+    errs = load(path)
+    assert errs == [
+        f'{path}:1: task has no name: add name = "..." (lowercase letters, digits, - and _)',
+        f"{path}:4: task 'no-prompt' has no prompt: add prompt = \"...\" (or coder = \"shell\" with a command)",
+    ]
+    res = load_taskfile(path, known_coders=CODERS)
+    shell = next(s for s in res.specs if s.name == "shell-ok")
+    assert shell.prompt == "" and shell.command == "make test"
+
+
+def test_bad_names_and_duplicates(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        name = "Bad Name"
+        prompt = "x"
+        [[task]]
+        name = "dup"
+        prompt = "x"
+        [[task]]
+        name = "dup"
+        prompt = "y"
+        [[task]]
+        name = "queued-before"
+        prompt = "z"
+    """)
+    errs = load(path, existing_names={"queued-before"})
+    assert errs[0].startswith(f"{path}:2: bad name 'Bad Name': use only lowercase letters")
+    assert "'bad-name'" in errs[0]
+    assert errs[1] == f"{path}:8: duplicate task name 'dup' (first used at line 5)"
+    assert errs[2] == (
+        f"{path}:11: name already queued: 'queued-before' (pick another name, or cancel the queued task)"
+    )
+    assert len(errs) == 3
+
+
+def test_dangling_depends_on_and_existing_names(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        name = "api"
+        prompt = "x"
+        depends_on = ["schemaa", "old-task"]
+    """)
+    errs = load(path, existing_names=["old-task", "schema"])
+    assert errs == [
+        f"{path}:4: depends_on 'schemaa': no such task in this file or the queue — did you mean 'schema'?"
+    ]
+
+
+def test_cycles_are_named(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        name = "a"
+        prompt = "x"
+        depends_on = ["b"]
+
+        [[task]]
+        name = "b"
+        prompt = "x"
+        depends_on = ["a"]
+
+        [[task]]
+        name = "self"
+        prompt = "x"
+        depends_on = ["self"]
+
+        [[task]]
+        name = "c"
+        prompt = "x"
+        depends_on = ["a"]
+    """)
+    assert load(path) == [
+        f"{path}:4: depends_on cycle: a -> b -> a (no task in it could ever start)",
+        f"{path}:14: depends_on cycle: self -> self (no task in it could ever start)",
+    ]
+
+
+def test_long_cycle_reported_once(tmp_path: Path) -> None:
+    body = "".join(
+        f'[[task]]\nname = "t{i}"\nprompt = "x"\ndepends_on = ["t{(i + 1) % 4}"]\n' for i in range(4)
+    )
+    path = write(tmp_path, body)
+    assert load(path) == [f"{path}:4: depends_on cycle: t0 -> t1 -> t2 -> t3 -> t0 (no task in it could ever start)"]
+
+
+def test_missing_cwd_and_cwd_is_relative_to_the_file(tmp_path: Path) -> None:
+    (tmp_path / "sub" / "proj").mkdir(parents=True)
+    path = write(tmp_path / "sub", """
+        [[task]]
+        name = "ok"
+        prompt = "x"
+        cwd = "proj"
+
+        [[task]]
+        name = "missing"
+        prompt = "x"
+        cwd = "nope"
+    """)
+    errs = load(path)
+    assert len(errs) == 1
+    assert errs[0].startswith(f"{path}:9: cwd 'nope' does not exist ({tmp_path.resolve()}/sub/nope;")
+    res = load_taskfile(path, known_coders=CODERS)
+    assert res.specs[0].cwd == str((tmp_path / "sub" / "proj").resolve())
+
+
+def test_missing_cwd_from_defaults_points_at_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [defaults]
+        cwd = "gone"
+        [[task]]
+        name = "a"
+        prompt = "x"
+    """)
+    (err,) = load(path)
+    assert err.startswith(f"{path}:2: cwd 'gone' does not exist")
+
+
+def test_git_ref_needs_a_repo_and_an_existing_ref(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    git_repo(tmp_path / "repo")
+    path = write(tmp_path, """
+        [[task]]
+        name = "in-repo"
+        prompt = "x"
+        cwd = "repo"
+        git_ref = "main"
+
+        [[task]]
+        name = "no-repo"
+        prompt = "x"
+        cwd = "plain"
+        git_ref = "main"
+
+        [[task]]
+        name = "bad-ref"
+        prompt = "x"
+        cwd = "repo"
+        git_ref = "mian"
+    """)
+    errs = load(path)
+    assert len(errs) == 2
+    assert errs[0].startswith(f"{path}:11: git_ref 'main' needs a git repository, but ")
+    assert "is not inside one" in errs[0]
+    assert errs[1].startswith(f"{path}:17: git_ref 'mian' is not a branch, tag or commit in ")
+
+
+def test_unknown_coder_did_you_mean_and_unavailable_coder(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        name = "a"
+        prompt = "x"
+        coder = "cluade"
+
+        [[task]]
+        name = "b"
+        prompt = "x"
+        coder = "codex"
+          [[task.verify]]
+          agent = "review"
+          coder = "gemni"
+
+        [[task]]
+        name = "c"
+        prompt = "x"
+        coder = "codex"
+    """)
+    calls: list[str] = []
+
+    def available(coder: str) -> tuple[bool, str]:
+        calls.append(coder)
+        return (coder != "codex", "install it with: npm install -g @openai/codex")
+
+    errs = load(path, coder_available=available)
+    assert errs[0].startswith(f"{path}:4: unknown coder 'cluade' — did you mean 'claude'? (known: ")
+    assert errs[1] == (
+        f"{path}:9: coder 'codex' cannot run on this machine: install it with: npm install -g @openai/codex"
+    )
+    assert errs[2].startswith(f"{path}:12: verifier: unknown coder 'gemni' — did you mean 'gemini'?")
+    assert errs[3].startswith(f"{path}:17: coder 'codex' cannot run")
+    assert calls == ["codex"]  # probed once
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [[task]]
+        name = "a"
+        promt = "x"
+        coder = "nope"
+        cwd = "missing"
+        depends_on = ["zzz"]
+    """)
+    errs = load(path)
+    assert [e.split(": ", 1)[0] for e in errs] == [f"{path}:{n}" for n in (1, 3, 4, 5, 6)]
+
+
+def test_empty_and_missing_files(tmp_path: Path) -> None:
+    path = write(tmp_path, "# nothing yet\n")
+    res = load_taskfile(path, known_coders=CODERS)
+    assert res.ok and res.specs == ()
+    assert "no tasks" in str(res.warnings[0])
+    missing = tmp_path / "nope.toml"
+    assert load(missing) == [f"{missing}:0: no such file"]
+
+
+def test_command_with_non_shell_coder_warns(tmp_path: Path) -> None:
+    path = write(tmp_path, '[[task]]\nname = "a"\nprompt = "x"\ncoder = "claude"\ncommand = "make"\n')
+    res = load_taskfile(path, known_coders=CODERS)
+    assert res.ok
+    assert res.warnings == (
+        TaskFileError(str(path), 5, "command is only run by the shell coder; coder 'claude' ignores it"),
+    )
+
+
+def test_name_in_defaults_and_inline_verify(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        [defaults]
+        name = "x"
+        [[task]]
+        name = "a"
+        prompt = "x"
+        verify = [{ run = "true" }, { agent = "check", model = "haiku" }]
+    """)
+    res = load_taskfile(path, known_coders=CODERS)
+    assert [str(e) for e in res.errors] == [
+        f"{path}:2: name cannot be a default: every task needs its own name"
+    ]
+    assert [v.kind for v in res.specs[0].verify] == ["run", "agent"]
+
+
+def test_error_str_format() -> None:
+    assert str(TaskFileError("t.toml", 7, "boom")) == "t.toml:7: boom"
+
+
+def test_validate_spec(tmp_path: Path) -> None:
+    git_repo(tmp_path / "repo")
+    good = TaskSpec(name="fine", prompt="do it", cwd=str(tmp_path), coder="sim")
+    assert validate_spec(good, known_coders=CODERS) == []
+    bad = TaskSpec(
+        name="Bad!",
+        prompt="  ",
+        cwd=str(tmp_path / "nope"),
+        coder="cladue",
+        depends_on=("ghost",),
+        max_retries=-1,
+        verify=(VerifySpec(kind="run", run=""),),
+    )
+    problems = validate_spec(bad, known_coders=CODERS, existing_names=["host"])
+    assert any(p.startswith("bad name 'Bad!'") for p in problems)
+    assert "the prompt is empty (or use coder shell with a command)" in problems
+    assert any(p.startswith("unknown coder 'cladue' — did you mean 'claude'?") for p in problems)
+    assert "depends_on 'ghost': no such task in the queue — did you mean 'host'?" in problems
+    assert any(p.startswith("max_retries must be") for p in problems)
+    assert "a run verifier needs a command" in problems
+    assert any(p.startswith("cwd ") and "does not exist" in p for p in problems)
+    assert all(":" not in p.split(" ")[0] for p in problems)  # no file:line prefix
+    dup = TaskSpec(name="fine", prompt="x", cwd=str(tmp_path / "repo"), git_ref="nope")
+    problems = validate_spec(dup, known_coders=CODERS, existing_names=["fine"])
+    assert problems[0].startswith("name already queued: 'fine'")
+    assert problems[-1].startswith("git_ref 'nope' is not a branch, tag or commit")
+    shell = TaskSpec(name="sh", prompt="", cwd=str(tmp_path), coder="shell", command="make")
+    assert validate_spec(shell, known_coders=CODERS) == []
