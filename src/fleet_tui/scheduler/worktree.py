@@ -1,0 +1,577 @@
+"""Per-task git worktrees: create, check, WIP-commit, diff, merge, remove and sweep.
+
+Why this exists: every task with a ``git_ref`` runs in its own worktree on its own branch
+(``fleet/<name>``) so parallel agents never share files, and the user's own checkout (its HEAD,
+branch, index and files) is never touched by an agent. Merging is a user action that happens in
+a throw-away worktree; the only time the user's checkout changes is a fast-forward of a *clean*
+checkout of the base branch, so its files match its moved branch. Uncommitted work is never
+deleted: it is committed to the task branch first (WIP) and only clean worktrees are removed.
+
+Everything here is synchronous and blocking (it runs git); the engine calls it through
+``anyio.to_thread``. Results are frozen dataclasses. No textual/rich imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from git import Git
+
+BRANCH_PREFIX = "fleet/"
+MERGE_PREFIX = ".merge-"
+DEFAULT_NAME = "fleet-tui"
+DEFAULT_EMAIL = "fleet@localhost"
+_OUTPUT_CAP = 64 * 1024
+_TRANSIENT = re.compile(
+    r"\.lock\b|could not lock|cannot lock|unable to create .*: file exists|already exists"
+    r"|is already checked out|already registered|resource temporarily unavailable",
+    re.IGNORECASE,
+)
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class WorktreeError(RuntimeError):
+    """A git operation failed in a way the caller must hear about (not a dirty/clean answer)."""
+
+
+@dataclass(frozen=True)
+class WorktreeInfo:
+    repo_root: Path  # the user's main checkout
+    path: Path  # root/<name>
+    branch: str  # fleet/<name>
+    base_ref: str  # what the task asked for; a local branch is recorded by its short name
+    base_commit: str  # the commit the branch was created from
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    ok: bool
+    output: str  # stdout+stderr, the last 64 KiB
+    exit_code: int | None  # None when it timed out
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    ok: bool
+    reason: str  # "" when ok
+    head: str | None = None
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    ok: bool
+    commit: str | None  # the new tip of base_ref on success
+    conflicts: tuple[str, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    removed: tuple[str, ...]
+    kept_dirty: tuple[str, ...]
+    skipped: tuple[str, ...]
+    errors: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- git plumbing
+
+
+def _git(cwd: Path, *args: str, check: bool = True) -> tuple[int, str, str]:
+    """Run ``git -C cwd args``; (status, stdout, stderr). Raises WorktreeError when check fails."""
+    cmd = ["git", "-C", str(cwd), *args]
+    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_EDITOR": "true", "GIT_MERGE_AUTOEDIT": "no"}
+    status, out, err = Git().execute(cmd, with_extended_output=True, with_exceptions=False, env=env)
+    out_s, err_s = str(out or ""), str(err or "")
+    if check and status != 0:
+        raise WorktreeError(f"git {' '.join(args)} failed ({status}): {err_s.strip() or out_s.strip()}")
+    return int(status or 0), out_s, err_s
+
+
+def _out(cwd: Path, *args: str) -> str:
+    return _git(cwd, *args)[1].strip()
+
+
+def _retrying(fn: Callable[[], object], attempts: int = 12) -> object:
+    """Run fn, retrying with jittered backoff while git reports lock/race errors."""
+    delay = 0.02
+    for i in range(attempts):
+        try:
+            return fn()
+        except WorktreeError as e:
+            if i == attempts - 1 or not _TRANSIENT.search(str(e)):
+                raise
+            time.sleep(delay + random.uniform(0, delay))
+            delay = min(delay * 2, 0.5)
+    raise AssertionError("unreachable")
+
+
+def _identity(cwd: Path) -> list[str]:
+    """``-c`` options giving a fallback identity for whatever the repo config lacks."""
+    opts = ["-c", "commit.gpgsign=false"]
+    if _git(cwd, "config", "user.name", check=False)[0] != 0:
+        opts += ["-c", f"user.name={DEFAULT_NAME}"]
+    if _git(cwd, "config", "user.email", check=False)[0] != 0:
+        opts += ["-c", f"user.email={DEFAULT_EMAIL}"]
+    return opts
+
+
+def _common_dir(cwd: Path) -> Path:
+    return Path(_out(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir")).resolve()
+
+
+def _rev(cwd: Path, ref: str) -> str | None:
+    status, out, _ = _git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+    return out.strip() if status == 0 else None
+
+
+def _is_clean(path: Path) -> bool:
+    return _out(path, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def _head_is_safe(path: Path) -> bool:
+    """HEAD is on a branch, or its commit is reachable from some branch (nothing would be lost)."""
+    if _git(path, "symbolic-ref", "-q", "HEAD", check=False)[0] == 0:
+        return True
+    return _out(path, "for-each-ref", "--contains", "HEAD", "--count=1", "refs/heads") != ""
+
+
+def _worktrees(repo_root: Path) -> list[dict[str, str]]:
+    """``git worktree list --porcelain`` as a list of {"worktree": path, "branch": ref, ...}."""
+    entries: list[dict[str, str]] = []
+    for block in _git(repo_root, "worktree", "list", "--porcelain")[1].split("\n\n"):
+        entry: dict[str, str] = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(" ")
+            entry[key] = value
+        if "worktree" in entry:
+            entries.append(entry)
+    return entries
+
+
+def _same(a: Path | str, b: Path | str) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+# --------------------------------------------------------------------------- finding, excluding
+
+
+def find_repo(cwd: Path) -> Path | None:
+    """The root of the (innermost) git checkout containing cwd; None outside any work tree."""
+    cwd = Path(cwd)
+    if not cwd.is_dir():
+        return None
+    status, out, _ = _git(cwd, "rev-parse", "--show-toplevel", check=False)
+    if status != 0 or not out.strip():
+        return None
+    return Path(out.strip()).resolve()
+
+
+def ensure_exclude(repo_root: Path, patterns: Sequence[str]) -> None:
+    """Append missing patterns to the common ``info/exclude`` (never a committed .gitignore)."""
+    exclude = _common_dir(repo_root) / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    with open(exclude, "a+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # concurrent callers must not both append
+        f.seek(0)
+        text = f.read()
+        have = {line.strip() for line in text.splitlines()}
+        missing = [p for p in dict.fromkeys(patterns) if p.strip() and p.strip() not in have]
+        if missing:
+            prefix = "" if not text or text.endswith("\n") else "\n"
+            f.write(prefix + "".join(f"{p.strip()}\n" for p in missing))
+            f.flush()
+
+
+# --------------------------------------------------------------------------- create / check
+
+
+def _branch_config(repo_root: Path, branch: str, key: str) -> str | None:
+    status, out, _ = _git(repo_root, "config", "--get", f"branch.{branch}.{key}", check=False)
+    return out.strip() if status == 0 and out.strip() else None
+
+
+def _base_ref_name(repo_root: Path, git_ref: str) -> str:
+    """A ref naming a local branch (``main``, ``refs/heads/main``, ``HEAD`` on main) -> ``main``."""
+    status, out, _ = _git(repo_root, "rev-parse", "--symbolic-full-name", git_ref, check=False)
+    full = out.strip()
+    if status == 0 and full.startswith("refs/heads/"):
+        return full.removeprefix("refs/heads/")
+    return git_ref
+
+
+def create_worktree(repo_root: Path, root: Path, name: str, git_ref: str) -> WorktreeInfo:
+    """Worktree ``root/<name>`` on branch ``fleet/<name>`` from ``git_ref``; reused if it exists.
+
+    Safe to call again for a retry or a handoff: an existing worktree and branch are reused as
+    they are (no reset). Safe to call concurrently for several tasks of one repo (git lock
+    errors are retried with backoff). The user's checkout is never touched.
+    """
+    if not _NAME_OK.match(name) or name.endswith(".lock") or ".." in name:
+        raise WorktreeError(f"invalid task name for a worktree/branch: {name!r}")
+    repo_root = Path(repo_root).resolve()
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    root = root.resolve()
+    path = root / name
+    branch = BRANCH_PREFIX + name
+    with contextlib.suppress(ValueError):
+        rel = root.relative_to(repo_root)  # a fleet home inside the repo must not show up
+        ensure_exclude(repo_root, [f"/{rel.as_posix()}/"])
+
+    def attempt() -> WorktreeInfo:
+        listed = {str(Path(e["worktree"]).resolve()): e for e in _worktrees(repo_root)}
+        entry = listed.get(str(path))
+        if entry is not None and not path.exists():
+            _git(repo_root, "worktree", "prune")
+            entry = None
+        if path.exists() and entry is None:
+            raise WorktreeError(f"{path} exists but is not a worktree of {repo_root}")
+        if entry is None:
+            if _rev(repo_root, f"refs/heads/{branch}") is not None:
+                _git(repo_root, "worktree", "add", str(path), branch)
+            else:
+                commit = _rev(repo_root, git_ref)
+                if commit is None:
+                    raise WorktreeError(f"git_ref {git_ref!r} does not name a commit in {repo_root}")
+                _git(repo_root, "worktree", "add", "--no-track", "-b", branch, str(path), commit)
+                ref_name = _base_ref_name(repo_root, git_ref)
+                _retrying(lambda: _git(repo_root, "config", f"branch.{branch}.fleetbase", commit))
+                _retrying(lambda: _git(repo_root, "config", f"branch.{branch}.fleetbaseref", ref_name))
+        base_commit = _branch_config(repo_root, branch, "fleetbase")
+        base_ref = _branch_config(repo_root, branch, "fleetbaseref") or _base_ref_name(repo_root, git_ref)
+        if base_commit is None:  # a branch made by someone else: its fork point from git_ref
+            base_commit = _out(repo_root, "merge-base", branch, git_ref)
+        return WorktreeInfo(repo_root, path, branch, base_ref, base_commit)
+
+    result = _retrying(attempt)
+    assert isinstance(result, WorktreeInfo)
+    return result
+
+
+def run_setup(info: WorktreeInfo, command: str, timeout_s: float) -> SetupResult:
+    """Run a setup command (copy .env, install deps) with /bin/sh -c inside the worktree.
+
+    The command sees FLEET_REPO_ROOT, FLEET_WORKTREE and FLEET_BRANCH. On timeout its whole
+    process group is killed. Output goes through a file so a lingering grandchild holding a pipe
+    cannot hang us.
+    """
+    env = dict(os.environ)
+    env.update(FLEET_REPO_ROOT=str(info.repo_root), FLEET_WORKTREE=str(info.path), FLEET_BRANCH=info.branch)
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=info.path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        code: int | None
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - _OUTPUT_CAP))
+        text = out.read().decode("utf-8", errors="replace")
+    if code is None:
+        text += f"\n[setup timed out after {timeout_s:g}s and was killed]"
+    return SetupResult(ok=code == 0, output=text, exit_code=code)
+
+
+def preflight(info: WorktreeInfo, expected_head: str | None = None) -> PreflightResult:
+    """Is the worktree fit to (re)start an agent in? Any doubt is a failure with a reason.
+
+    Checks: the directory is a worktree of ``info.repo_root``, HEAD is on ``info.branch``, no
+    merge/rebase is in progress, and HEAD descends from ``base_commit`` (or, when given, is
+    ``expected_head`` or a descendant of it).
+    """
+    path = info.path
+    try:
+        if not path.is_dir():
+            return PreflightResult(False, f"worktree missing: {path}")
+        top = _git(path, "rev-parse", "--show-toplevel", check=False)
+        if top[0] != 0 or not _same(top[1].strip(), path):
+            return PreflightResult(False, f"{path} is not the top of a git worktree")
+        if _common_dir(path) != _common_dir(info.repo_root):
+            return PreflightResult(False, f"{path} belongs to another repository than {info.repo_root}")
+        head = _rev(path, "HEAD")
+        status, ref, _ = _git(path, "symbolic-ref", "-q", "HEAD", check=False)
+        if status != 0:
+            return PreflightResult(False, f"detached HEAD at {head}; expected branch {info.branch}", head)
+        if ref.strip() != f"refs/heads/{info.branch}":
+            current = ref.strip().removeprefix("refs/heads/")
+            return PreflightResult(False, f"on branch {current}, expected {info.branch}", head)
+        if head is None:
+            return PreflightResult(False, f"branch {info.branch} has no commit")
+        for marker in ("MERGE_HEAD", "rebase-merge", "rebase-apply", "CHERRY_PICK_HEAD"):
+            if Path(_out(path, "rev-parse", "--path-format=absolute", "--git-path", marker)).exists():
+                return PreflightResult(False, f"a git operation is in progress ({marker})", head)
+        anchor = expected_head or info.base_commit
+        if head != anchor:
+            status = _git(path, "merge-base", "--is-ancestor", anchor, head, check=False)[0]
+            if status != 0:
+                return PreflightResult(False, f"HEAD {head[:12]} does not descend from {anchor[:12]}", head)
+        return PreflightResult(True, "", head)
+    except WorktreeError as e:
+        return PreflightResult(False, f"cannot tell: {e}")
+
+
+def wip_commit(path: Path, message: str) -> str | None:
+    """Commit every uncommitted change (untracked non-ignored files too) to the current branch.
+
+    Returns the new sha, or None when the worktree was clean. Hooks are skipped (saving work
+    must not depend on a linter) and a fallback identity is used when git has none. Refuses a
+    detached HEAD: a commit there could be lost when the worktree goes.
+    """
+    path = Path(path)
+    if _is_clean(path):
+        return None
+    if _git(path, "symbolic-ref", "-q", "HEAD", check=False)[0] != 0:
+        raise WorktreeError(f"{path}: detached HEAD, refusing a WIP commit that no branch would hold")
+
+    def commit() -> str:
+        _git(path, "add", "-A")
+        _git(path, *_identity(path), "commit", "--no-verify", "-q", "-m", message)
+        return _out(path, "rev-parse", "HEAD")
+
+    result = _retrying(commit)
+    assert isinstance(result, str)
+    return result
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _diff_base(info: WorktreeInfo) -> str:
+    """Where the branch's own changes start: merge-base with the base branch tip (if a branch)."""
+    tip = _rev(info.repo_root, f"refs/heads/{info.base_ref}") or info.base_commit
+    status, out, _ = _git(info.repo_root, "merge-base", tip, info.branch, check=False)
+    return out.strip() if status == 0 and out.strip() else info.base_commit
+
+
+def diffstat(info: WorktreeInfo) -> str:
+    """``git diff --stat`` of the branch's committed changes against its base."""
+    return _out(info.repo_root, "diff", "--stat", _diff_base(info), info.branch)
+
+
+def diff(info: WorktreeInfo, *, include_worktree: bool = False) -> str:
+    """Diffstat then full diff of the branch against its base (merge-base with the base branch).
+
+    With ``include_worktree`` the worktree's uncommitted edits to tracked files are included (a
+    live view for the cockpit); without it, it is exactly what a merge would bring.
+    """
+    base = _diff_base(info)
+    if include_worktree and info.path.is_dir():
+        stat = _out(info.path, "diff", "--stat", base)
+        body = _git(info.path, "diff", base)[1]
+    else:
+        stat = _out(info.repo_root, "diff", "--stat", base, info.branch)
+        body = _git(info.repo_root, "diff", base, info.branch)[1]
+    return f"{stat}\n\n{body}" if stat else ""
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def _checked_out_in(repo_root: Path, branch: str) -> Path | None:
+    for entry in _worktrees(repo_root):
+        if entry.get("branch") == f"refs/heads/{branch}":
+            return Path(entry["worktree"])
+    return None
+
+
+def _remove_temp(repo_root: Path, tmp: Path) -> None:
+    if _git(repo_root, "worktree", "remove", "--force", str(tmp), check=False)[0] != 0 and tmp.exists():
+        shutil.rmtree(tmp, ignore_errors=True)
+    _git(repo_root, "worktree", "prune", check=False)
+
+
+def merge(info: WorktreeInfo, *, message: str, attempts: int = 3) -> MergeResult:
+    """Merge ``info.branch`` into the branch ``info.base_ref`` without using the user's checkout.
+
+    The merge commit is made in a temporary detached worktree ``<root>/.merge-<name>-<rand>`` at
+    the base tip. Then the base branch is moved to it: with ``update-ref`` guarded by the old
+    value when the branch is checked out nowhere; with ``merge --ff-only`` inside the checkout
+    that has it (only when that checkout has no tracked changes: its files must follow its
+    branch). A dirty base checkout is refused, a conflict aborts and names the files, and in
+    every failure the base branch and every checkout are left as they were.
+    """
+    repo = info.repo_root
+    if _rev(repo, f"refs/heads/{info.base_ref}") is None:
+        return MergeResult(
+            False, None, (), f"base {info.base_ref!r} is not a local branch; refusing to merge"
+        )
+    if _rev(repo, f"refs/heads/{info.branch}") is None:
+        return MergeResult(False, None, (), f"branch {info.branch} does not exist")
+    last = ""
+    for _ in range(attempts):
+        result = _merge_once(info, message)
+        if result is not None:
+            return result
+        last = "base branch moved during the merge"
+    return MergeResult(False, None, (), f"{last}; try again")
+
+
+def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
+    """One merge try; None means the base moved under us and the caller should retry."""
+    repo = info.repo_root
+    base_ref = f"refs/heads/{info.base_ref}"
+    holder = _checked_out_in(repo, info.base_ref)
+    if holder is not None and _out(holder, "status", "--porcelain", "--untracked-files=no"):
+        return MergeResult(False, None, (), f"base checkout is dirty: commit or stash first ({holder})")
+    old = _rev(repo, base_ref)
+    assert old is not None
+    if _git(repo, "merge-base", "--is-ancestor", info.branch, old, check=False)[0] == 0:
+        return MergeResult(True, old, (), f"{info.branch} is already merged into {info.base_ref}")
+    tmp = info.path.parent / f"{MERGE_PREFIX}{info.path.name}-{secrets.token_hex(4)}"
+    try:
+        _retrying(lambda: _git(repo, "worktree", "add", "--detach", str(tmp), old))
+        status, out, err = _git(
+            tmp, *_identity(tmp), "merge", "--no-ff", "--no-verify", "-m", message, info.branch, check=False
+        )
+        if status != 0:
+            conflicts = tuple(_out(tmp, "diff", "--name-only", "--diff-filter=U").splitlines())
+            _git(tmp, "merge", "--abort", check=False)
+            if conflicts:
+                return MergeResult(
+                    False,
+                    None,
+                    conflicts,
+                    f"merge conflict in {len(conflicts)} file(s): {', '.join(conflicts)}",
+                )
+            return MergeResult(False, None, (), f"merge failed: {(err or out).strip()}")
+        new = _out(tmp, "rev-parse", "HEAD")
+    finally:
+        _remove_temp(repo, tmp)
+    if holder is None:
+        if _git(repo, "update-ref", "-m", f"fleet-tui: {message}", base_ref, new, old, check=False)[0]:
+            return None
+        return MergeResult(True, new, (), f"merged {info.branch} into {info.base_ref}")
+    # The base branch is checked out (clean): move branch and files together, or not at all.
+    if _rev(holder, "HEAD") != old:
+        return None
+    status, out, err = _git(holder, "merge", "--ff-only", "--no-verify", "-q", new, check=False)
+    if status != 0:
+        text = (err or out).strip()
+        if _rev(repo, base_ref) != old:
+            return None
+        return MergeResult(False, None, (), f"could not update the base checkout {holder}: {text}")
+    return MergeResult(
+        True, new, (), f"merged {info.branch} into {info.base_ref} (checkout {holder} updated)"
+    )
+
+
+# --------------------------------------------------------------------------- remove / sweep
+
+
+def remove_worktree(info: WorktreeInfo) -> bool:
+    """Remove the worktree if it holds nothing uncommitted; the branch stays. False when dirty.
+
+    "Dirty" includes untracked files and a detached HEAD whose commits no branch holds. A
+    worktree already gone counts as removed.
+    """
+    path = info.path
+    if not path.exists():
+        _git(info.repo_root, "worktree", "prune", check=False)
+        return True
+    if _common_dir(path) != _common_dir(info.repo_root) or _same(path, info.repo_root):
+        raise WorktreeError(f"{path} is not a linked worktree of {info.repo_root}")
+    if not _is_clean(path) or not _head_is_safe(path):
+        return False
+    _remove_clean(info.repo_root, path)
+    return True
+
+
+def _remove_clean(repo_root: Path, path: Path) -> None:
+    status, _, err = _git(repo_root, "worktree", "remove", str(path), check=False)
+    if status != 0 and "submodule" in err:  # git refuses these even clean; we checked
+        _git(repo_root, "worktree", "remove", "--force", str(path))
+    elif status != 0:
+        raise WorktreeError(f"git worktree remove {path} failed: {err.strip()}")
+    _git(repo_root, "worktree", "prune", check=False)
+
+
+def _owner_repo(path: Path) -> Path | None:
+    """The main checkout of the repo a linked worktree at path belongs to (None if not one)."""
+    dotgit = path / ".git"
+    if not dotgit.is_file():
+        return None
+    status, out, _ = _git(path, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
+    if status != 0:
+        return None
+    common = Path(out.strip())
+    repo = common.parent if common.name == ".git" else common
+    return repo if repo.is_dir() else None
+
+
+def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 3600.0) -> SweepReport:
+    """At engine start: remove clean worktrees under ``root`` whose task ``keep(name)`` rejects.
+
+    Only real directories directly under ``root`` are considered (symlinks and anything that
+    resolves outside ``root`` are skipped); dirty ones (uncommitted, untracked or unreachable
+    commits) are kept and reported; temp merge dirs older than ``stale_merge_s`` are removed;
+    ``git worktree prune`` runs on every repo involved.
+    """
+    removed: list[str] = []
+    kept_dirty: list[str] = []
+    skipped: list[str] = []
+    errors: list[str] = []
+    if not Path(root).is_dir():
+        return SweepReport((), (), ())
+    root = Path(root).resolve()
+    repos: dict[Path, None] = {}
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        if entry.is_symlink() or not entry.is_dir() or entry.resolve().parent != root:
+            skipped.append(name)
+            continue
+        repo = _owner_repo(entry)
+        if name.startswith(MERGE_PREFIX):
+            if time.time() - entry.stat().st_mtime < stale_merge_s:
+                skipped.append(name)
+                continue
+            if repo is not None:
+                repos[repo] = None
+                _remove_temp(repo, entry)
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+            removed.append(name)
+            continue
+        if keep(name):
+            skipped.append(name)
+            continue
+        if repo is None:
+            skipped.append(name)  # not a linked worktree we can vouch for: leave it
+            continue
+        repos[repo] = None
+        try:
+            if not _is_clean(entry) or not _head_is_safe(entry):
+                kept_dirty.append(name)
+                continue
+            _remove_clean(repo, entry)
+            removed.append(name)
+        except WorktreeError as e:
+            errors.append(f"{name}: {e}")
+    for repo in repos:
+        status, _, err = _git(repo, "worktree", "prune", check=False)
+        if status != 0:
+            errors.append(f"prune {repo}: {err.strip()}")
+    return SweepReport(tuple(removed), tuple(kept_dirty), tuple(skipped), tuple(errors))
