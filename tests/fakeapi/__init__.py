@@ -1,0 +1,294 @@
+"""Scripted fake model APIs on loopback, so real agent CLIs can be tested without a real model.
+
+Why: the coders' real-CLI tests (and later the engine's end-to-end tests) must drive the actual
+``claude`` / ``codex`` / ``opencode`` programs through whole runs — tool calls, 429s, auth
+failures — deterministically and offline. Each fake server answers the vendor's wire protocol
+from a *script*: a list of turns, consumed one per model request. Every request is recorded so a
+test can assert what the CLI sent (for example the ``tool_result`` it returned to the model).
+
+This module holds what the vendor servers share: the turn types, the recorder and a threaded
+stdlib HTTP server. ``anthropic.py`` and ``openai_responses.py`` speak the two protocols.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = [
+    "HttpError",
+    "Recorder",
+    "Request",
+    "Script",
+    "Text",
+    "ToolCall",
+    "Turn",
+]
+
+
+@dataclass(frozen=True)
+class Text:
+    """The model answers with plain text and ends its turn."""
+
+    text: str
+    input_tokens: int | None = None  # None: estimated from the request size
+    output_tokens: int | None = None
+    #: send the text in chunks of this many characters (one SSE delta each)
+    chunk: int = 40
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """The model calls a tool (by the name the CLI advertised) with ``input``.
+
+    ``text`` is an optional sentence the model says before the call.
+    """
+
+    name: str
+    input: dict[str, Any]
+    text: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class HttpError:
+    """An HTTP error answer: 429 with ``retry_after``, 401, 529, 500..."""
+
+    status: int
+    message: str = ""
+    #: vendor error type; None: a sensible default for the status and protocol
+    error_type: str | None = None
+    retry_after: float | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: the whole JSON body, when a test needs an exact one (overrides message/error_type)
+    body: Any = None
+
+
+@dataclass
+class Request:
+    """One HTTP request the fake received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any  # parsed JSON, or the raw text when it is not JSON, or None
+    #: the script step this request consumed (None: an auxiliary call answered by default)
+    turn_index: int | None = None
+    #: set by the protocol: this was a model call (it consumed a step or got the after-turn)
+    model_call: bool = False
+    status: int = 200
+
+    def tool_names(self) -> list[str]:
+        """Names of the tools the CLI offered the model in this request."""
+        tools = self.body.get("tools") if isinstance(self.body, dict) else None
+        names: list[str] = []
+        for t in tools or []:
+            if isinstance(t, dict):
+                name = t.get("name") or (t.get("function") or {}).get("name")
+                if isinstance(name, str):
+                    names.append(name)
+        return names
+
+
+#: A turn, or a function of the request that returns one (to pick a tool name the CLI offers).
+Turn = Text | ToolCall | HttpError | Callable[[Request], Text | ToolCall | HttpError]
+
+
+class Script:
+    """Turns served in order, one per model request; a turn may repeat (``times=None``: forever).
+
+    When the script is exhausted, every further model request gets ``after`` (a short text turn
+    by default), so a CLI that makes one call more than expected still ends.
+    """
+
+    def __init__(self, turns: Sequence[Turn | tuple[Turn, int | None]] = (), after: Turn | None = None):
+        self._steps: list[tuple[Turn, int | None]] = []
+        for t in turns:
+            if isinstance(t, tuple):
+                self._steps.append((t[0], t[1]))
+            else:
+                self._steps.append((t, 1))
+        self.after: Turn = after if after is not None else Text("Done.")
+        self._pos = 0
+        self._used = 0
+        self._lock = threading.Lock()
+        self.served = 0
+
+    def next(self, req: Request) -> tuple[Text | ToolCall | HttpError, int | None]:
+        """The turn answering ``req`` and its step index (None once exhausted)."""
+        with self._lock:
+            index: int | None
+            if self._pos < len(self._steps):
+                turn, times = self._steps[self._pos]
+                index = self._pos
+                self._used += 1
+                if times is not None and self._used >= times:
+                    self._pos += 1
+                    self._used = 0
+            else:
+                turn, index = self.after, None
+            self.served += 1
+        resolved = turn(req) if callable(turn) else turn
+        return resolved, index
+
+    @property
+    def exhausted(self) -> bool:
+        with self._lock:
+            return self._pos >= len(self._steps)
+
+
+class Recorder:
+    """Every request a fake server received, in order; thread-safe, with condition waits."""
+
+    def __init__(self) -> None:
+        self._items: list[Request] = []
+        self._cond = threading.Condition()
+
+    def add(self, req: Request) -> None:
+        with self._cond:
+            self._items.append(req)
+            self._cond.notify_all()
+
+    @property
+    def requests(self) -> list[Request]:
+        with self._cond:
+            return list(self._items)
+
+    def model_requests(self) -> list[Request]:
+        """The model calls (each consumed a script step or got the after-script turn), in order."""
+        return [r for r in self.requests if r.model_call]
+
+    def wait_for(self, pred: Callable[[list[Request]], bool], timeout: float = 30.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: pred(list(self._items)), timeout=timeout)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self.requests)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+
+def estimate_tokens(body: Any) -> int:
+    """A rough, deterministic token count of a request body (4 characters a token)."""
+    try:
+        n = len(json.dumps(body))
+    except (TypeError, ValueError):
+        n = 0
+    return max(1, n // 4)
+
+
+Handler = Callable[["FakeHandler", Request], None]
+
+
+class FakeHandler(BaseHTTPRequestHandler):
+    """Parses the request, records it, and hands it to the server's protocol function."""
+
+    server: FakeServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read the recorder
+        return
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.headers.get("Content-Encoding", "").lower() in ("gzip", "zstd", "br"):
+            try:
+                import gzip
+
+                raw = gzip.decompress(raw)
+            except OSError:
+                pass
+        if not raw:
+            return None
+        text = raw.decode("utf-8", "replace")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def _handle(self) -> None:
+        body = self._read_body() if self.command in ("POST", "PUT", "PATCH") else None
+        req = Request(
+            method=self.command,
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+        )
+        try:
+            self.server.protocol(self, req)
+        finally:
+            self.server.recorder.add(req)
+
+    do_GET = _handle
+    do_POST = _handle
+    do_PUT = _handle
+    do_DELETE = _handle
+    do_PATCH = _handle
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    # -- answer helpers used by the protocol modules --------------------------------------
+
+    def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def start_sse(self, headers: dict[str, str] | None = None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.close_connection = True
+
+    def sse(self, event: str, data: Any) -> None:
+        self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+        self.wfile.flush()
+
+
+class FakeServer(ThreadingHTTPServer):
+    """A loopback HTTP server on a random port, serving one protocol function in threads."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, protocol: Handler, recorder: Recorder) -> None:
+        super().__init__(("127.0.0.1", 0), FakeHandler)
+        self.protocol = protocol
+        self.recorder = recorder
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeServer:
+        self._thread = threading.Thread(target=self.serve_forever, name="fakeapi", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
