@@ -120,11 +120,13 @@ def test_bash_run_usage_cost_and_result() -> None:
 
 def test_cache_tokens_and_reasoning() -> None:
     events, _ = run("opencode-success-mcp.jsonl")
-    u = [e for e in events if e.kind == "usage"][0]
-    assert u.usage == Usage(input_tokens=65, output_tokens=119, cache_read_tokens=4623, cache_creation_tokens=12125)
+    u = next(e for e in events if e.kind == "usage")
+    assert u.usage == Usage(
+        input_tokens=65, output_tokens=119, cache_read_tokens=4623, cache_creation_tokens=12125
+    )
     assert u.context_tokens == 65 + 4623 + 12125
     events, _ = run("opencode-success-tool.jsonl")
-    u = [e for e in events if e.kind == "usage"][0]
+    u = next(e for e in events if e.kind == "usage")
     assert u.usage is not None and u.usage.output_tokens == 39 + 49  # reasoning counts as output
 
 
@@ -183,7 +185,7 @@ def test_rate_limited_then_ok_is_success() -> None:
 def test_outcome_from_exit_codes_and_structure() -> None:
     n = OpenCodeNormalizer("t", 1)
     assert n.outcome(0).kind == "failure" and "no output" in n.outcome(0).detail
-    events, n = run("opencode-real-local-1.18-bash.jsonl")
+    _events, n = run("opencode-real-local-1.18-bash.jsonl")
     assert n.outcome(1).kind == "failure"
     assert n.outcome(None).kind == "failure"
     # a turn still running when the process ended (no final step_finish)
@@ -195,8 +197,12 @@ def test_outcome_from_exit_codes_and_structure() -> None:
 
 
 def test_error_after_result_fails_and_provider_auth_error() -> None:
-    events, n = run("opencode-real-local-1.18-bash.jsonl")
-    err = {"type": "error", "sessionID": "s", "error": {"name": "ProviderAuthError", "data": {"message": "x"}}}
+    _events, n = run("opencode-real-local-1.18-bash.jsonl")
+    err = {
+        "type": "error",
+        "sessionID": "s",
+        "error": {"name": "ProviderAuthError", "data": {"message": "x"}},
+    }
     n.feed(json.dumps(err), 9.0)
     assert n.outcome(1).kind == "auth_failed"
 
@@ -276,7 +282,16 @@ def make_ctx(tmp_path: Path, **kw: object) -> AttemptContext:
 def test_argv(tmp_path: Path) -> None:
     c = OpenCodeCoder()
     ctx = make_ctx(tmp_path)
-    assert c.argv(ctx) == ["opencode", "run", "--format", "json", "--dir", str(ctx.workdir), "--", "-do the thing"]
+    assert c.argv(ctx) == [
+        "opencode",
+        "run",
+        "--format",
+        "json",
+        "--dir",
+        str(ctx.workdir),
+        "--",
+        "-do the thing",
+    ]
     ctx = make_ctx(tmp_path, model="anthropic/claude-sonnet-4-5")
     argv = c.argv(ctx)
     assert argv[argv.index("--model") + 1] == "anthropic/claude-sonnet-4-5"
