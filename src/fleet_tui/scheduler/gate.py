@@ -68,9 +68,6 @@ class GateConfig:
             raise ValueError("budget_usd_daily must be >= 0")
 
 
-_NO_RATE_LIMITS: Mapping[str, tuple[RateLimit, float | None]] = MappingProxyType({})
-
-
 @dataclass(frozen=True, kw_only=True)
 class GateInputs:
     """What the gate looks at: one consistent snapshot, taken by the engine.
@@ -84,7 +81,9 @@ class GateInputs:
     running: int
     headroom: Headroom
     now: float
-    rate_limits: Mapping[str, tuple[RateLimit, float | None]] = field(default=_NO_RATE_LIMITS)
+    rate_limits: Mapping[str, tuple[RateLimit, float | None]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     host_tags: frozenset[str] | tuple[str, ...] = ()
     spent_today: float = 0.0
 

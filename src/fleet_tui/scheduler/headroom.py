@@ -332,6 +332,8 @@ def tree_memory(
         root = psutil.Process(pid)
         if create_time is not None and abs(root.create_time() - create_time) > 0.01:
             return None
+        if root.status() == psutil.STATUS_ZOMBIE:
+            return None  # exited, not yet reaped: its memory is gone
         procs = root.children(recursive=True)
         if include_root:
             procs = [root, *procs]
