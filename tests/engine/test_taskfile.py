@@ -34,8 +34,14 @@ def load(path: Path, **kw: object) -> list[str]:
 
 def git_repo(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "HOME": str(path),
+        "PATH": "/usr/bin:/bin",
+    }
     for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "init"]):
         subprocess.run(["git", "-C", str(path), *args], check=True, env=env, capture_output=True)
     return path
@@ -99,8 +105,9 @@ def test_good_file_parses_into_specs(tmp_path: Path) -> None:
         requires=("docker",),
         verify=(
             VerifySpec(kind="run", run="pytest -q"),
-            VerifySpec(kind="agent", agent="Review the diff for missing auth checks.", model="haiku",
-                       coder="codex"),  # fmt: skip
+            VerifySpec(
+                kind="agent", agent="Review the diff for missing auth checks.", model="haiku", coder="codex"
+            ),
             VerifySpec(kind="artifact", path="report.md", min_chars=800, contains=("Conclusion",)),
         ),
         env=(("LANG", "C"), ("MODE", "default")),
@@ -133,12 +140,15 @@ def test_key_lines_skip_strings_and_index_arrays_of_tables(tmp_path: Path) -> No
 
 
 def test_bad_toml_reports_its_line(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "a"
         prompt = "x"
         priority = = 3
-    """)
+    """,
+    )
     (err,) = load(path)
     assert err.startswith(f"{path}:4: bad TOML:")
     assert "column" in err
@@ -153,7 +163,9 @@ def test_bad_toml_duplicate_key_and_unclosed_string(tmp_path: Path) -> None:
 
 
 def test_unknown_keys_with_did_you_mean(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [defaults]
         modle = "x"
 
@@ -169,11 +181,12 @@ def test_unknown_keys_with_did_you_mean(tmp_path: Path) -> None:
 
         [[tasks]]
         name = "b"
-    """)
+    """,
+    )
     assert load(path) == [
         f"{path}:2: unknown key 'modle' in [defaults] — did you mean 'model'?",
         f"{path}:7: unknown key 'depends_onn' — did you mean 'depends_on'?",
-        f"{path}:8: a [[task.verify]] needs exactly one of run = \"command\" or agent = \"review instructions\"",
+        f'{path}:8: a [[task.verify]] needs exactly one of run = "command" or agent = "review instructions"',
         f"{path}:9: unknown key 'rnu' in [[task.verify]] — did you mean 'run'?",
         f"{path}:12: unknown key 'min_char' in [[task.artifact]] — did you mean 'min_chars'?",
         f"{path}:14: unknown top-level key 'tasks' — did you mean 'task'?",
@@ -181,7 +194,9 @@ def test_unknown_keys_with_did_you_mean(tmp_path: Path) -> None:
 
 
 def test_wrong_types_each_at_their_line(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "a"
         prompt = 42
@@ -193,7 +208,8 @@ def test_wrong_types_each_at_their_line(tmp_path: Path) -> None:
         env = { N = 1 }
         requires = [1, 2]
         stall_min = true
-    """)
+    """,
+    )
     errs = load(path)
     assert [e.split(": ", 1)[0] for e in errs] == [f"{path}:{n}" for n in range(3, 12)]
     assert "prompt must be a string, got an integer" in errs[0]
@@ -208,7 +224,9 @@ def test_wrong_types_each_at_their_line(tmp_path: Path) -> None:
 
 
 def test_missing_name_and_prompt_point_at_the_header(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         prompt = "no name"
 
@@ -219,11 +237,12 @@ def test_missing_name_and_prompt_point_at_the_header(tmp_path: Path) -> None:
         name = "shell-ok"
         coder = "shell"
         command = "make test"
-    """)
+    """,
+    )
     errs = load(path)
     assert errs == [
         f'{path}:1: task has no name: add name = "..." (lowercase letters, digits, - and _)',
-        f"{path}:4: task 'no-prompt' has no prompt: add prompt = \"...\" (or coder = \"shell\" with a command)",
+        f'{path}:4: task \'no-prompt\' has no prompt: add prompt = "..." (or coder = "shell" with a command)',
     ]
     res = load_taskfile(path, known_coders=CODERS)
     shell = next(s for s in res.specs if s.name == "shell-ok")
@@ -231,7 +250,9 @@ def test_missing_name_and_prompt_point_at_the_header(tmp_path: Path) -> None:
 
 
 def test_bad_names_and_duplicates(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "Bad Name"
         prompt = "x"
@@ -244,7 +265,8 @@ def test_bad_names_and_duplicates(tmp_path: Path) -> None:
         [[task]]
         name = "queued-before"
         prompt = "z"
-    """)
+    """,
+    )
     errs = load(path, existing_names={"queued-before"})
     assert errs[0].startswith(f"{path}:2: bad name 'Bad Name': use only lowercase letters")
     assert "'bad-name'" in errs[0]
@@ -256,12 +278,15 @@ def test_bad_names_and_duplicates(tmp_path: Path) -> None:
 
 
 def test_dangling_depends_on_and_existing_names(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "api"
         prompt = "x"
         depends_on = ["schemaa", "old-task"]
-    """)
+    """,
+    )
     errs = load(path, existing_names=["old-task", "schema"])
     assert errs == [
         f"{path}:4: depends_on 'schemaa': no such task in this file or the queue — did you mean 'schema'?"
@@ -269,7 +294,9 @@ def test_dangling_depends_on_and_existing_names(tmp_path: Path) -> None:
 
 
 def test_cycles_are_named(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "a"
         prompt = "x"
@@ -289,7 +316,8 @@ def test_cycles_are_named(tmp_path: Path) -> None:
         name = "c"
         prompt = "x"
         depends_on = ["a"]
-    """)
+    """,
+    )
     assert load(path) == [
         f"{path}:4: depends_on cycle: a -> b -> a (no task in it could ever start)",
         f"{path}:14: depends_on cycle: self -> self (no task in it could ever start)",
@@ -301,12 +329,16 @@ def test_long_cycle_reported_once(tmp_path: Path) -> None:
         f'[[task]]\nname = "t{i}"\nprompt = "x"\ndepends_on = ["t{(i + 1) % 4}"]\n' for i in range(4)
     )
     path = write(tmp_path, body)
-    assert load(path) == [f"{path}:4: depends_on cycle: t0 -> t1 -> t2 -> t3 -> t0 (no task in it could ever start)"]
+    assert load(path) == [
+        f"{path}:4: depends_on cycle: t0 -> t1 -> t2 -> t3 -> t0 (no task in it could ever start)"
+    ]
 
 
 def test_missing_cwd_and_cwd_is_relative_to_the_file(tmp_path: Path) -> None:
     (tmp_path / "sub" / "proj").mkdir(parents=True)
-    path = write(tmp_path / "sub", """
+    path = write(
+        tmp_path / "sub",
+        """
         [[task]]
         name = "ok"
         prompt = "x"
@@ -316,7 +348,8 @@ def test_missing_cwd_and_cwd_is_relative_to_the_file(tmp_path: Path) -> None:
         name = "missing"
         prompt = "x"
         cwd = "nope"
-    """)
+    """,
+    )
     errs = load(path)
     assert len(errs) == 1
     assert errs[0].startswith(f"{path}:9: cwd 'nope' does not exist ({tmp_path.resolve()}/sub/nope;")
@@ -325,13 +358,16 @@ def test_missing_cwd_and_cwd_is_relative_to_the_file(tmp_path: Path) -> None:
 
 
 def test_missing_cwd_from_defaults_points_at_defaults(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [defaults]
         cwd = "gone"
         [[task]]
         name = "a"
         prompt = "x"
-    """)
+    """,
+    )
     (err,) = load(path)
     assert err.startswith(f"{path}:2: cwd 'gone' does not exist")
 
@@ -339,7 +375,9 @@ def test_missing_cwd_from_defaults_points_at_defaults(tmp_path: Path) -> None:
 def test_git_ref_needs_a_repo_and_an_existing_ref(tmp_path: Path) -> None:
     (tmp_path / "plain").mkdir()
     git_repo(tmp_path / "repo")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "in-repo"
         prompt = "x"
@@ -357,7 +395,8 @@ def test_git_ref_needs_a_repo_and_an_existing_ref(tmp_path: Path) -> None:
         prompt = "x"
         cwd = "repo"
         git_ref = "mian"
-    """)
+    """,
+    )
     errs = load(path)
     assert len(errs) == 2
     assert errs[0].startswith(f"{path}:11: git_ref 'main' needs a git repository, but ")
@@ -366,7 +405,9 @@ def test_git_ref_needs_a_repo_and_an_existing_ref(tmp_path: Path) -> None:
 
 
 def test_unknown_coder_did_you_mean_and_unavailable_coder(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "a"
         prompt = "x"
@@ -384,7 +425,8 @@ def test_unknown_coder_did_you_mean_and_unavailable_coder(tmp_path: Path) -> Non
         name = "c"
         prompt = "x"
         coder = "codex"
-    """)
+    """,
+    )
     calls: list[str] = []
 
     def available(coder: str) -> tuple[bool, str]:
@@ -402,14 +444,17 @@ def test_unknown_coder_did_you_mean_and_unavailable_coder(tmp_path: Path) -> Non
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [[task]]
         name = "a"
         promt = "x"
         coder = "nope"
         cwd = "missing"
         depends_on = ["zzz"]
-    """)
+    """,
+    )
     errs = load(path)
     assert [e.split(": ", 1)[0] for e in errs] == [f"{path}:{n}" for n in (1, 3, 4, 5, 6)]
 
@@ -433,14 +478,17 @@ def test_command_with_non_shell_coder_warns(tmp_path: Path) -> None:
 
 
 def test_name_in_defaults_and_inline_verify(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         [defaults]
         name = "x"
         [[task]]
         name = "a"
         prompt = "x"
         verify = [{ run = "true" }, { agent = "check", model = "haiku" }]
-    """)
+    """,
+    )
     res = load_taskfile(path, known_coders=CODERS)
     assert [str(e) for e in res.errors] == [
         f"{path}:2: name cannot be a default: every task needs its own name"
@@ -480,3 +528,60 @@ def test_validate_spec(tmp_path: Path) -> None:
     assert problems[-1].startswith("git_ref 'nope' is not a branch, tag or commit")
     shell = TaskSpec(name="sh", prompt="", cwd=str(tmp_path), coder="shell", command="make")
     assert validate_spec(shell, known_coders=CODERS) == []
+
+
+TRICKY = "\n".join(
+    [
+        '# a comment with [[task]] and name = "x"',
+        "[ defaults ]",
+        '"model" = "m" # trailing [[task]]',
+        "[[ task ]]",
+        'name = "a"   # comment with \' and "',
+        'prompt = "escaped \\" quote [[task]] \\\\"',
+        "depends_on = [",
+        '  "b", # a comment ] with brackets [',
+        "  'c\\',",
+        "]",
+        'env.FOO = "1"',
+        'env."BAR.BAZ" = """',
+        'multi "" line',
+        '\\"""',
+        '"""',
+        "[[task]]",
+        "name = 'b'",
+        'prompt = """ends with quotes"""""',
+        "[task.env]",
+        'X = "y"',
+        "[[task]]",
+        'name = "c"',
+        "prompt = ''''quoted' literal'''",
+        "[[task.verify]]",
+        "run = \"echo 'a = b'\"",
+        "",
+    ]
+)
+
+
+def test_key_lines_tricky_toml() -> None:
+    import tomllib
+
+    text = TRICKY
+    doc = tomllib.loads(text)  # the text is valid TOML
+    assert doc["task"][1]["env"] == {"X": "y"}
+    lines = toml_key_lines(text)
+    assert lines[("defaults",)] == 2
+    assert lines[("defaults", "model")] == 3
+    assert lines[("task", 0)] == 4
+    assert lines[("task", 0, "prompt")] == 6
+    assert lines[("task", 0, "depends_on")] == 7
+    assert lines[("task", 0, "env")] == 11
+    assert lines[("task", 0, "env", "BAR.BAZ")] == 12
+    assert lines[("task", 1)] == 16
+    assert lines[("task", 1, "prompt")] == 18
+    assert lines[("task", 1, "env")] == 19
+    assert lines[("task", 1, "env", "X")] == 20
+    assert lines[("task", 2)] == 21
+    assert lines[("task", 2, "prompt")] == 23
+    assert lines[("task", 2, "verify", 0)] == 24
+    assert lines[("task", 2, "verify", 0, "run")] == 25
+    assert len([p for p in lines if len(p) == 2 and p[0] == "task"]) == 3
