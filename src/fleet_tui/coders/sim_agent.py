@@ -12,7 +12,7 @@ are imported only when an ``ask`` directive actually calls the ``ask_human`` MCP
 Run: ``python -m fleet_tui.coders.sim_agent [PROMPT...]``. The prompt is the arguments if given,
 else ``$FLEET_PROMPT`` if set, else stdin (unless stdin is a terminal). Environment:
 ``FLEET_ATTEMPT`` (attempt number, default 1), ``FLEET_MCP_COMMAND`` (JSON argv of the stdio
-MCP server that serves ``ask_human``).
+MCP server that serves ``ask_human``), ``FLEET_SIM_MODEL`` (default for ``model=``).
 
 Directives are prompt lines that start with ``@sim``, followed by space-separated tokens
 ``key=value`` or bare ``key`` (shell quoting: ``say="two words"``; in text values ``\\n`` is a
@@ -23,7 +23,7 @@ on stderr and ignored.
 
 Settings:
   pace=S                 seconds per step / pause between simulated API calls (default 0.05)
-  model=NAME             model name reported (default claude-sim)
+  model=NAME             model name reported (default $FLEET_SIM_MODEL, else claude-sim)
   window=N               context window reported in result.modelUsage (default 200000)
   context=N              context occupancy (input+cache tokens per message) climbs linearly to N
                          by the last message (default: starts ~12000, +450 per message)
@@ -146,9 +146,9 @@ class Plan:
         return n + 1  # the closing summary
 
 
-def parse(prompt: str) -> Plan:
+def parse(prompt: str, model: str | None = None) -> Plan:
     """The plan for a prompt: every ``@sim`` line's settings and actions, in order."""
-    plan, seen = Plan(), False
+    plan, seen = Plan(model=model or Plan.model), False
     for raw in prompt.splitlines():
         line = raw.strip()
         if line != "@sim" and not line.startswith(("@sim ", "@sim\t")):
@@ -671,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a closed stdout ends us like a real CLI
-    plan = parse(read_prompt(args))
+    plan = parse(read_prompt(args), os.environ.get("FLEET_SIM_MODEL"))
     if plan.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for w in plan.warnings:
