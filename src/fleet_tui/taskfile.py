@@ -293,8 +293,11 @@ def _check_value(key: str, v: Any) -> str | None:
     elif key == "min_chars":
         if not _is_int(v) or v < 0:
             return f"min_chars must be a whole number >= 0, {got if not _is_int(v) else v}"
-    elif key in ("run", "agent", "path") and (not isinstance(v, str) or not v.strip()):
-        return f"{key} must be a non-empty string, {got}"
+    elif key in ("run", "agent", "path"):
+        if not isinstance(v, str):
+            return f"{key} must be a string, {got}"
+        if not v.strip():
+            return f"{key} must not be empty"
     return None
 
 
@@ -382,6 +385,26 @@ class _Raw:
     broken: set[str] = field(default_factory=set)  # keys whose value failed a check
 
 
+class _Report:
+    """Collects problems; the same message at the same line (e.g. from [defaults]) counts once."""
+
+    def __init__(self, file: str, lines: Mapping[Path_, int]) -> None:
+        self.file, self.lines = file, lines
+        self.errors: list[TaskFileError] = []
+        self.warnings: list[TaskFileError] = []
+
+    def line(self, at: Path_ | int) -> int:
+        return at if isinstance(at, int) else line_of(self.lines, at)
+
+    def err(self, at: Path_ | int, msg: str) -> None:
+        e = TaskFileError(self.file, self.line(at), msg)
+        if e not in self.errors:
+            self.errors.append(e)
+
+    def warn(self, at: Path_ | int, msg: str) -> None:
+        self.warnings.append(TaskFileError(self.file, self.line(at), msg))
+
+
 def load_taskfile(
     path: Path,
     *,
@@ -394,218 +417,179 @@ def load_taskfile(
     ``known_coders``: coder names that exist (an empty collection skips the check).
     ``existing_names``: names already in the store — a clash is an error, and ``depends_on``
     may point at them. ``coder_available(name) -> (ok, install hint)`` probes a coder's program.
+    Each spec's ``cwd`` is absolute and its ``source`` is ``file:line`` of its ``[[task]]``.
     """
     fname = str(path)
-    errors: list[TaskFileError] = []
-    warnings: list[TaskFileError] = []
-
-    def err(line: int, msg: str) -> None:
-        errors.append(TaskFileError(fname, line, msg))
-
-    def warn(line: int, msg: str) -> None:
-        warnings.append(TaskFileError(fname, line, msg))
-
     try:
         text = Path(path).read_text(encoding="utf-8")
+        doc = tomllib.loads(text)
     except FileNotFoundError:
         return TaskFileResult(errors=(TaskFileError(fname, 0, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
         return TaskFileResult(errors=(TaskFileError(fname, 0, f"cannot read the file: {exc}"),))
-    try:
-        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line, what = _toml_error_position(str(exc), text)
         return TaskFileResult(errors=(TaskFileError(fname, line, f"bad TOML: {what}"),))
 
-    lines = toml_key_lines(text)
-    base = Path(path).resolve().parent
-    checks = _Checks(known_coders, coder_available)
-
+    rep = _Report(fname, toml_key_lines(text))
     for key in doc:
         if key not in TOP_KEYS:
             hint = did_you_mean(key, TOP_KEYS) or " — a task file holds [defaults] and [[task]] tables"
-            err(line_of(lines, (key,)), f"unknown top-level key {key!r}{hint}")
+            rep.err((key,), f"unknown top-level key {key!r}{hint}")
+    if "task" not in doc:
+        rep.warn(1, "no tasks: add a [[task]] table with a name and a prompt")
+    raws = _check_tasks(doc, Path(path).resolve().parent, _Checks(known_coders, coder_available),
+                        existing_names, rep)  # fmt: skip
+    specs = tuple(_build_spec(r.values, f"{fname}:{r.header}") for r in raws if "name" in r.values)
+    return TaskFileResult(
+        specs=specs,
+        errors=tuple(sorted(rep.errors, key=lambda e: e.line)),
+        warnings=tuple(sorted(rep.warnings, key=lambda e: e.line)),
+    )
 
+
+def _check_tasks(
+    doc: Mapping[str, Any], base: Path, checks: _Checks, existing_names: Collection[str], rep: _Report
+) -> list[_Raw]:
+    """Every check of section 8 over a parsed document; returns the tasks with usable values."""
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
-        err(line_of(lines, ("defaults",)), "defaults must be a table: write [defaults]")
+        rep.err(("defaults",), "defaults must be a table: write [defaults]")
         defaults = {}
     tasks = doc.get("task", [])
     if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
-        err(line_of(lines, ("task",)), "task must be an array of tables: write [[task]] per task")
+        rep.err(("task",), "task must be an array of tables: write [[task]] per task")
         tasks = []
-    if not tasks and "task" not in doc:
-        warn(1, "no tasks: add a [[task]] table with a name and a prompt")
 
-    # [defaults]: keys and types, checked once
-    default_ok: dict[str, Any] = {}
+    default_ok: dict[str, Any] = {}  # [defaults]: checked once
     for key, value in defaults.items():
-        at: Path_ = ("defaults", key)
         if key == "name":
-            err(line_of(lines, at), "name cannot be a default: every task needs its own name")
+            rep.err(("defaults", key), "name cannot be a default: every task needs its own name")
         elif key not in TASK_KEYS:
-            err(line_of(lines, at), f"unknown key {key!r} in [defaults]{did_you_mean(key, TASK_KEYS)}")
-        elif _check_table_key(key, value, at, lines, err):
+            rep.err(("defaults", key), f"unknown key {key!r} in [defaults]{did_you_mean(key, TASK_KEYS)}")
+        elif _check_table_key(key, value, ("defaults", key), rep):
             default_ok[key] = value
 
     raws: list[_Raw] = []
     for idx, table in enumerate(tasks):
-        raw = _Raw(index=idx, header=line_of(lines, ("task", idx)))
-        for key, value in default_ok.items():
-            raw.values[key] = value
-            raw.where[key] = ("defaults", key)
+        raw = _Raw(index=idx, header=rep.line(("task", idx)))
+        raw.values = dict(default_ok)
+        raw.where = {key: ("defaults", key) for key in default_ok}
         for key, value in table.items():
-            tat: Path_ = ("task", idx, key)
+            at: Path_ = ("task", idx, key)
             if key not in TASK_KEYS:
-                err(line_of(lines, tat), f"unknown key {key!r}{did_you_mean(key, TASK_KEYS)}")
-                continue
-            if not _check_table_key(key, value, tat, lines, err):
+                rep.err(at, f"unknown key {key!r}{did_you_mean(key, TASK_KEYS)}")
+            elif not _check_table_key(key, value, at, rep):
                 raw.broken.add(key)
                 raw.values.pop(key, None)
-                continue
-            if key == "env" and isinstance(raw.values.get("env"), dict):
-                value = {**raw.values["env"], **value}
-            raw.values[key] = value
-            raw.where[key] = tat
+            else:
+                if key == "env" and isinstance(raw.values.get("env"), dict):
+                    value = {**raw.values["env"], **value}
+                raw.values[key], raw.where[key] = value, at
         raws.append(raw)
 
-    # names: required, unique in the file, not already queued
     seen: dict[str, int] = {}
     for raw in raws:
+        _check_task(raw, base, checks, rep)
         name = raw.values.get("name")
-        if not isinstance(name, str):
-            if "name" not in raw.broken:
-                err(raw.header, 'task has no name: add name = "..." (lowercase letters, digits, - and _)')
+        if name is None:
             continue
-        at_line = line_of(lines, raw.where["name"])
+        line = rep.line(raw.where["name"])
         if name in seen:
-            err(at_line, f"duplicate task name {name!r} (first used at line {seen[name]})")
+            rep.err(line, f"duplicate task name {name!r} (first used at line {seen[name]})")
         elif name in existing_names:
-            err(at_line, f"name already queued: {name!r} (pick another name, or cancel the queued task)")
+            rep.err(line, f"name already queued: {name!r} (pick another name, or cancel the queued task)")
         else:
-            seen[name] = at_line
+            seen[name] = line
 
-    # prompt (or command for the shell coder), coder, cwd, git_ref
+    named = {r.values["name"]: r for r in raws if "name" in r.values}
     for raw in raws:
-        v = raw.values
-        coder = v.get("coder")
-        if "prompt" not in v and "prompt" not in raw.broken and _needs_prompt(coder, v.get("command")):
-            err(
-                raw.header,
-                f"task {v.get('name', '#' + str(raw.index + 1))!r} has no prompt: "
-                'add prompt = "..." (or coder = "shell" with a command)',
-            )
-        if v.get("command") and coder not in (None, "shell"):
-            warn(
-                line_of(lines, raw.where["command"]),
-                f"command is only run by the shell coder; coder {coder!r} ignores it",
-            )
-        if isinstance(coder, str):
-            msg = checks.coder(coder)
-            if msg:
-                err(line_of(lines, raw.where["coder"]), msg)
-        for k, ver in enumerate(_entries(v.get("verify"))):
-            vc = ver.get("coder")
-            if isinstance(vc, str):
-                msg = checks.coder(vc)
-                if msg:
-                    base_at = raw.where["verify"]
-                    err(line_of(lines, (*base_at, k, "coder")), f"verifier: {msg}")
-        cwd_raw = v.get("cwd", ".")
-        cwd = str((base / Path(cwd_raw).expanduser()).resolve())
-        cwd_line = line_of(lines, raw.where.get("cwd", ())) or raw.header
-        cwd_ok = Path(cwd).is_dir()
-        if not cwd_ok:
-            what = "is not a folder" if Path(cwd).exists() else "does not exist"
-            err(cwd_line, f"cwd {cwd_raw!r} {what} ({cwd}; relative paths start at this file's folder)")
-        v["cwd"] = cwd
-        ref = v.get("git_ref")
-        if isinstance(ref, str) and cwd_ok:
-            msg = checks.git_ref(cwd, ref)
-            if msg:
-                err(line_of(lines, raw.where["git_ref"]), msg)
-
-    # depends_on: dangling and cycles
-    names = {r.values["name"]: r for r in raws if isinstance(r.values.get("name"), str)}
-    for raw in raws:
-        deps = raw.values.get("depends_on", [])
-        at_line = line_of(lines, raw.where.get("depends_on", ())) or raw.header
-        for dep in deps:
-            if dep not in names and dep not in existing_names:
-                known = list(names) + list(existing_names)
-                err(
-                    at_line,
-                    f"depends_on {dep!r}: no such task in this file or the queue{did_you_mean(dep, known)}",
+        for dep in raw.values.get("depends_on", []):
+            if dep not in named and dep not in existing_names:
+                hint = did_you_mean(dep, [*named, *existing_names])
+                rep.err(
+                    raw.where["depends_on"],
+                    f"depends_on {dep!r}: no such task in this file or the queue{hint}",
                 )
-    for cycle in _cycles(
-        {n: [d for d in r.values.get("depends_on", []) if d in names] for n, r in names.items()}
-    ):
-        first = names[cycle[0]]
-        at_line = line_of(lines, first.where.get("depends_on", ())) or first.header
-        err(at_line, f"depends_on cycle: {' -> '.join([*cycle, cycle[0]])} (no task in it could ever start)")
+    graph = {n: [d for d in r.values.get("depends_on", []) if d in named] for n, r in named.items()}
+    for cycle in _cycles(graph):
+        path = " -> ".join([*cycle, cycle[0]])
+        rep.err(
+            named[cycle[0]].where["depends_on"], f"depends_on cycle: {path} (no task in it could ever start)"
+        )
+    return raws
 
-    specs = tuple(
-        _build_spec(raw, f"{fname}:{raw.header}") for raw in raws if isinstance(raw.values.get("name"), str)
-    )
-    errors.sort(key=lambda e: e.line)
-    warnings.sort(key=lambda e: e.line)
-    return TaskFileResult(specs=specs, errors=tuple(errors), warnings=tuple(warnings))
+
+def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
+    """Checks that need more than one key, or the machine: name, prompt, coders, cwd, git_ref."""
+    v, where = raw.values, raw.where
+    if "name" not in v and "name" not in raw.broken:
+        rep.err(raw.header, 'task has no name: add name = "..." (lowercase letters, digits, - and _)')
+    coder = v.get("coder")
+    if "prompt" not in v and "prompt" not in raw.broken and _needs_prompt(coder, v.get("command")):
+        label = v.get("name", f"#{raw.index + 1}")
+        rep.err(
+            raw.header,
+            f'task {label!r} has no prompt: add prompt = "..." (or coder = "shell" with a command)',
+        )
+    if v.get("command") and coder not in (None, "shell"):
+        rep.warn(where["command"], f"command is only run by the shell coder; coder {coder!r} ignores it")
+    if coder is not None and (msg := checks.coder(coder)):
+        rep.err(where["coder"], msg)
+    for k, ver in enumerate(_entries(v.get("verify"))):
+        if "coder" in ver and (msg := checks.coder(ver["coder"])):
+            rep.err((*where["verify"], k, "coder"), f"verifier: {msg}")
+    cwd_raw = v.get("cwd", ".")
+    cwd = str((base / Path(cwd_raw).expanduser()).resolve())
+    v["cwd"] = cwd
+    if not Path(cwd).is_dir():
+        what = "is not a folder" if Path(cwd).exists() else "does not exist"
+        rep.err(where.get("cwd", raw.header),
+                f"cwd {cwd_raw!r} {what} ({cwd}; a relative cwd starts at {base})")  # fmt: skip
+    elif "git_ref" in v and (msg := checks.git_ref(cwd, v["git_ref"])):
+        rep.err(where["git_ref"], msg)
 
 
 def _entries(value: Any) -> list[dict[str, Any]]:
     return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
 
 
-def _check_table_key(
-    key: str, value: Any, at: Path_, lines: Mapping[Path_, int], err: Callable[[int, str], None]
-) -> bool:
+def _check_table_key(key: str, value: Any, at: Path_, rep: _Report) -> bool:
     """Check one task (or default) key, including verify/artifact entries. True when usable."""
-    if key in ("verify", "artifact"):
-        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
-            err(line_of(lines, at), f"{key} must be written as [[task.{key}]] tables")
-            return False
-        ok = True
-        allowed = VERIFY_KEYS if key == "verify" else ARTIFACT_KEYS
-        for k, entry in enumerate(value):
-            eat: Path_ = (*at, k)
-            for sub, sv in entry.items():
-                if sub not in allowed:
-                    err(
-                        line_of(lines, (*eat, sub)),
-                        f"unknown key {sub!r} in [[task.{key}]]{did_you_mean(sub, allowed)}",
-                    )
-                    ok = False
-                    continue
-                msg = _check_value(sub, sv)
-                if msg:
-                    err(line_of(lines, (*eat, sub)), msg)
-                    ok = False
-            if key == "verify" and ("run" in entry) == ("agent" in entry):
-                err(
-                    line_of(lines, eat),
-                    'a [[task.verify]] needs exactly one of run = "command" or agent = "review instructions"',
-                )
-                ok = False
-            if key == "verify" and "run" in entry and ("model" in entry or "coder" in entry):
-                err(line_of(lines, eat), "model and coder apply to agent verifiers only")
-                ok = False
-            if key == "artifact" and "path" not in entry:
-                err(line_of(lines, eat), 'a [[task.artifact]] needs path = "file"')
-                ok = False
-        return ok
-    msg = _check_value(key, value)
-    if msg:
-        err(line_of(lines, at), msg)
+    if key not in ("verify", "artifact"):
+        msg = _check_value(key, value)
+        if msg:
+            rep.err(at, msg)
+        return msg is None
+    if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+        rep.err(at, f"{key} must be written as [[task.{key}]] tables")
         return False
-    return True
+    n_errors = len(rep.errors)
+    allowed = VERIFY_KEYS if key == "verify" else ARTIFACT_KEYS
+    for k, entry in enumerate(value):
+        for sub, sv in entry.items():
+            if sub not in allowed:
+                rep.err((*at, k, sub), f"unknown key {sub!r} in [[task.{key}]]{did_you_mean(sub, allowed)}")
+            elif msg := _check_value(sub, sv):
+                rep.err((*at, k, sub), msg)
+        if key == "artifact" and "path" not in entry:
+            rep.err((*at, k), 'a [[task.artifact]] needs path = "file"')
+        elif key == "verify" and ("run" in entry) == ("agent" in entry):
+            rep.err(
+                (*at, k),
+                'a [[task.verify]] needs exactly one of run = "command" or agent = "review instructions"',
+            )
+        elif key == "verify" and "run" in entry and ("model" in entry or "coder" in entry):
+            rep.err((*at, k), "model and coder apply to agent verifiers only")
+    return len(rep.errors) == n_errors
 
 
 def _cycles(graph: Mapping[str, list[str]]) -> list[list[str]]:
     """Each dependency cycle once, as the names along it, starting at its earliest-listed task."""
     order = {n: k for k, n in enumerate(graph)}
-    state: dict[str, int] = {}  # 1 = on stack, 2 = done
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     found: list[list[str]] = []
-    seen_sets: set[frozenset[str]] = set()
+    seen: set[frozenset[str]] = set()
 
     def visit(node: str, stack: list[str]) -> None:
         state[node] = 1
@@ -613,12 +597,11 @@ def _cycles(graph: Mapping[str, list[str]]) -> list[list[str]]:
         for dep in graph.get(node, []):
             if state.get(dep) == 1:
                 cyc = stack[stack.index(dep) :]
-                key = frozenset(cyc)
-                if key not in seen_sets:
-                    seen_sets.add(key)
+                if frozenset(cyc) not in seen:
+                    seen.add(frozenset(cyc))
                     start = min(range(len(cyc)), key=lambda k: order[cyc[k]])
                     found.append(cyc[start:] + cyc[:start])
-            elif state.get(dep) is None:
+            elif dep not in state:
                 visit(dep, stack)
         stack.pop()
         state[node] = 2
@@ -629,62 +612,29 @@ def _cycles(graph: Mapping[str, list[str]]) -> list[list[str]]:
     return found
 
 
-def _verify_specs(values: Mapping[str, Any]) -> tuple[VerifySpec, ...]:
-    out: list[VerifySpec] = []
-    for e in _entries(values.get("verify")):
-        tmo = e.get("timeout_min")
-        tmo_f = float(tmo) if tmo is not None and _is_num(tmo) else None
-        if "run" in e:
-            out.append(VerifySpec(kind="run", run=e["run"], timeout_min=tmo_f))
-        else:
-            out.append(
-                VerifySpec(
-                    kind="agent",
-                    agent=e.get("agent"),
-                    coder=e.get("coder"),
-                    model=e.get("model"),
-                    timeout_min=tmo_f,
-                )
-            )
-    for e in _entries(values.get("artifact")):
-        out.append(
-            VerifySpec(
-                kind="artifact",
-                path=e.get("path"),
-                min_chars=int(e.get("min_chars", 0)),
-                contains=tuple(e.get("contains", ())),
-            )
-        )
-    return tuple(out)
+def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
+    def num(key: str, d: Mapping[str, Any] = v) -> float | None:
+        return float(d[key]) if key in d else None
 
-
-def _build_spec(raw: _Raw, source: str) -> TaskSpec:
-    v = raw.values
-
-    def num(key: str) -> float | None:
-        return float(v[key]) if key in v else None
-
+    verify = [
+        VerifySpec(kind="run", run=e["run"], timeout_min=num("timeout_min", e)) if "run" in e else
+        VerifySpec(kind="agent", agent=e.get("agent"), coder=e.get("coder"), model=e.get("model"),
+                   timeout_min=num("timeout_min", e))
+        for e in _entries(v.get("verify"))
+    ] + [
+        VerifySpec(kind="artifact", path=e.get("path"), min_chars=int(e.get("min_chars", 0)),
+                   contains=tuple(e.get("contains", ())))
+        for e in _entries(v.get("artifact"))
+    ]  # fmt: skip
     return TaskSpec(
-        name=v["name"],
-        prompt=v.get("prompt", ""),
-        cwd=v.get("cwd", "."),
-        coder=v.get("coder"),
-        model=v.get("model"),
-        command=v.get("command"),
-        git_ref=v.get("git_ref"),
-        priority=v.get("priority", 0),
-        depends_on=tuple(v.get("depends_on", ())),
-        timeout_min=num("timeout_min"),
-        stall_min=num("stall_min"),
-        max_retries=v.get("max_retries"),
-        requires=tuple(v.get("requires", ())),
-        verify=_verify_specs(v),
-        budget_usd=num("budget_usd"),
-        setup=v.get("setup"),
-        merge=v.get("merge", "manual"),
-        env=tuple(sorted(v.get("env", {}).items())),
-        source=source,
-    )
+        name=v["name"], prompt=v.get("prompt", ""), cwd=v.get("cwd", "."), coder=v.get("coder"),
+        model=v.get("model"), command=v.get("command"), git_ref=v.get("git_ref"),
+        priority=v.get("priority", 0), depends_on=tuple(v.get("depends_on", ())),
+        timeout_min=num("timeout_min"), stall_min=num("stall_min"), max_retries=v.get("max_retries"),
+        requires=tuple(v.get("requires", ())), verify=tuple(verify), budget_usd=num("budget_usd"),
+        setup=v.get("setup"), merge=v.get("merge", "manual"),
+        env=tuple(sorted(v.get("env", {}).items())), source=source,
+    )  # fmt: skip
 
 
 _POS_RE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
@@ -692,25 +642,11 @@ _END_RE = re.compile(r"\s*\(at end of document\)\s*$")
 
 
 def _toml_error_position(message: str, text: str) -> tuple[int, str]:
-    """tomllib's "Msg (at line L, column C)" -> (L, "Msg (column C)"); tomlkit as a fallback."""
-    m = _POS_RE.search(message)
-    if m:
+    """tomllib's "Msg (at line L, column C)" -> (L, "Msg (column C)")."""
+    if m := _POS_RE.search(message):
         return int(m.group(1)), f"{message[: m.start()]} (column {m.group(2)})"
-    if _END_RE.search(message):
-        return max(1, text.count("\n") + (0 if text.endswith("\n") else 1)), _END_RE.sub(
-            " at the end of the file (an unclosed string, array or table?)", message
-        )
-    try:  # tomlkit reports line/col as attributes
-        import tomlkit
-        from tomlkit.exceptions import ParseError
-
-        try:
-            tomlkit.parse(text)
-        except ParseError as exc:
-            return exc.line, str(exc)
-    except ImportError:  # pragma: no cover - tomlkit is a dependency
-        pass
-    return 1, message
+    last = max(1, len(text.splitlines()))
+    return last, _END_RE.sub(" at the end of the file (an unclosed string, array or table?)", message)
 
 
 # --------------------------------------------------------------------------------------------
@@ -726,54 +662,34 @@ def validate_spec(
 ) -> list[str]:
     """Problems with one task built outside a file (messages without file:line; [] when fine).
 
-    ``spec.cwd`` should already be absolute; a relative one is taken from the current folder.
+    The same checks as a task file (the spec is turned back into a [[task]] table); a relative
+    ``cwd`` is taken from the current folder, and ``depends_on`` must name queued tasks.
     """
-    problems: list[str] = []
-    checks = _Checks(known_coders, coder_available)
-    for key in ("name", "cwd"):
-        msg = _check_value(key, getattr(spec, key))
-        if msg:
-            problems.append(msg)
-    if spec.name in existing_names:
-        problems.append(f"name already queued: {spec.name!r} (pick another --name)")
-    if not spec.prompt.strip() and _needs_prompt(spec.coder, spec.command):
-        problems.append("the prompt is empty (or use coder shell with a command)")
-    for key in ("timeout_min", "stall_min", "budget_usd"):
-        val = getattr(spec, key)
-        if val is not None and (not _is_num(val) or val <= 0):
-            problems.append(f"{key} must be greater than 0, got {val}")
-    if spec.max_retries is not None and (not _is_int(spec.max_retries) or spec.max_retries < 0):
-        problems.append(f"max_retries must be a whole number >= 0, got {spec.max_retries}")
-    if spec.merge not in ("manual", "auto"):
-        problems.append(f'merge must be "manual" or "auto", got {spec.merge!r}')
-    for coder in [spec.coder, *(v.coder for v in spec.verify)]:
-        if coder is not None:
-            msg = checks.coder(coder)
-            if msg and msg not in problems:
-                problems.append(msg)
-    for dep in spec.depends_on:
-        if dep not in existing_names:
-            problems.append(
-                f"depends_on {dep!r}: no such task in the queue{did_you_mean(dep, existing_names)}"
-            )
-        elif dep == spec.name:
-            problems.append(f"{spec.name!r} cannot depend on itself")
+    table: dict[str, Any] = {
+        "name": spec.name,
+        "cwd": spec.cwd,
+        "priority": spec.priority,
+        "merge": spec.merge,
+    }
+    for key in ("prompt", "coder", "model", "command", "git_ref", "setup", "timeout_min", "stall_min",
+                "max_retries", "budget_usd"):  # fmt: skip
+        value = getattr(spec, key)
+        if value is not None and not (key == "prompt" and not value.strip()):
+            table[key] = value
+    for key in ("depends_on", "requires"):
+        if getattr(spec, key):
+            table[key] = list(getattr(spec, key))
+    if spec.env:
+        table["env"] = dict(spec.env)
+    fields_of = {"run": ("run", "timeout_min"), "agent": ("agent", "coder", "model", "timeout_min"),
+                 "artifact": ("path", "min_chars", "contains")}  # fmt: skip
     for ver in spec.verify:
-        if ver.kind == "run" and not (ver.run or "").strip():
-            problems.append("a run verifier needs a command")
-        if ver.kind == "agent" and not (ver.agent or "").strip():
-            problems.append("an agent verifier needs review instructions")
-        if ver.kind == "artifact" and not (ver.path or "").strip():
-            problems.append("an artifact check needs a path")
-    cwd = Path(spec.cwd).expanduser().resolve()
-    if not cwd.is_dir():
-        problems.append(
-            f"cwd {spec.cwd!r} does not exist ({cwd})"
-            if not cwd.exists()
-            else f"cwd {spec.cwd!r} is not a folder"
-        )
-    elif spec.git_ref:
-        msg = checks.git_ref(str(cwd), spec.git_ref)
-        if msg:
-            problems.append(msg)
-    return problems
+        entry = {k: getattr(ver, k) for k in fields_of[ver.kind] if getattr(ver, k) not in (None, ())}
+        if ver.kind != "artifact":
+            entry.setdefault(ver.kind, "")
+        if "contains" in entry:
+            entry["contains"] = list(entry["contains"])
+        table.setdefault("artifact" if ver.kind == "artifact" else "verify", []).append(entry)
+    rep = _Report("", {})
+    _check_tasks({"task": [table]}, Path.cwd(), _Checks(known_coders, coder_available), existing_names, rep)
+    return [e.message for e in rep.errors]
