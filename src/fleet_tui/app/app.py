@@ -1,0 +1,514 @@
+"""FleetApp: the cockpit. It holds an ``EngineAPI`` and nothing else (DESIGN sections 3 and 14).
+
+The app pulls ``engine.snapshot()`` once a second for the header, gauges and elapsed times (a
+frozen view, like memray's live TUI), consumes ``engine.subscribe()`` in a worker for live task
+changes, agent events and questions, and turns keys into engine commands whose
+``CommandResult.message`` becomes a notification. When given ``run_engine`` it hosts the engine
+itself as a worker on the same asyncio loop; for ``--attach`` it only watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from textual.app import App, ComposeResult, SuspendNotSupported
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Input
+
+from fleet_tui.app.commands import FleetCommands
+from fleet_tui.app.format import diffstat, parse_filter
+from fleet_tui.app.inbox import Inbox, InboxItem
+from fleet_tui.app.panes import FleetHeader, GaugesPane
+from fleet_tui.app.queue import FilterInput, QueueTable
+from fleet_tui.app.stream import StreamLog
+from fleet_tui.scheduler.api import CommandResult, EngineAPI
+from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
+from fleet_tui.scheduler.states import ACTIVE, TERMINAL, TaskStatus
+from fleet_tui.screens.confirm import ConfirmScreen
+from fleet_tui.screens.detail import DetailScreen
+from fleet_tui.screens.help import HelpScreen
+from fleet_tui.screens.new_task import NewTaskScreen
+from fleet_tui.screens.quit import QuitChoice, QuitScreen
+
+OnQuit = Literal["ask", "leave", "stop"]
+PULL_SECONDS = 1.0
+STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
+
+
+class FleetApp(App[None]):
+    """The cockpit. ``FleetApp(engine, title=..., on_quit="ask", clock=None, run_engine=None)``."""
+
+    CSS_PATH = STYLES
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    COMMANDS = App.COMMANDS | {FleetCommands}
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "new_task", "new"),
+        Binding("enter", "detail", "detail", key_display="⏎"),
+        Binding("a", "answer", "answer"),
+        Binding("k", "kill", "kill"),
+        Binding("p", "pause_task", "pause"),
+        Binding("P", "pause_fleet", "pause all"),
+        Binding("r", "retry", "retry"),
+        Binding("c", "cancel_task", "cancel"),
+        Binding("m", "merge", "merge"),
+        Binding("s", "shell", "shell"),
+        Binding("slash", "filter", "filter", key_display="/"),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("q", "quit", "quit"),
+        Binding("g", "top", "Top", show=False),
+        Binding("G", "bottom", "Bottom", show=False),
+    ]
+    #: keys handled by widgets (listed in the help; not app bindings)
+    OTHER_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("up/down", "move in a list"),
+        ("tab / shift+tab", "next / previous pane"),
+        ("escape", "close a dialog, cancel an answer, clear the filter"),
+        ("ctrl+p", "command palette (every action)"),
+        ("ctrl+q", "quit (same as q)"),
+    ]
+
+    def __init__(
+        self,
+        engine: EngineAPI,
+        *,
+        title: str = "fleet-tui",
+        on_quit: OnQuit = "ask",
+        clock: Callable[[], float] | None = None,
+        run_engine: Callable[[], Awaitable[None]] | None = None,
+        base_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.engine = engine
+        self.fleet_title = title
+        self.title = title
+        self.on_quit = on_quit
+        self.clock: Callable[[], float] = clock or time.time
+        self.run_engine = run_engine
+        self.base_dir = base_dir
+        self.snap = Snapshot(taken_at=0.0)
+        self.tasks: dict[str, Task] = {}
+        self.questions: dict[str, Question] = {}
+        self._seen_questions: set[str] = set()
+        self._painted = False
+        self._quitting = False
+        self.bells = 0
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield FleetHeader(id="header")
+        with Horizontal(id="top"):
+            with Vertical(id="queue-pane"):
+                yield FilterInput(placeholder="filter: words, state:running, coder:claude", id="filter")
+                yield QueueTable(id="queue")
+            yield StreamLog(id="stream")
+        with Horizontal(id="bottom"):
+            yield Inbox(id="inbox")
+            yield GaugesPane(id="gauges")
+        yield Footer(compact=True, show_command_palette=False)
+
+    @property
+    def queue(self) -> QueueTable:
+        return self.query_one("#queue", QueueTable)
+
+    @property
+    def stream(self) -> StreamLog:
+        return self.query_one("#stream", StreamLog)
+
+    @property
+    def inbox(self) -> Inbox:
+        return self.query_one("#inbox", Inbox)
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.query_one("#queue-pane").border_title = "Queue"
+        self.stream.border_title = "Stream"
+        self.pull()
+        self._painted = True
+        self.queue.focus()
+        if self.queue.row_count:
+            self._follow(self.queue.selected_id)
+        self.set_interval(PULL_SECONDS, self.pull)
+        if self.run_engine is not None:
+            self.run_worker(self.run_engine(), exclusive=False, group="engine", exit_on_error=False)
+        self.run_worker(self._consume(), exclusive=False, group="subscribe", exit_on_error=False)
+
+    # ------------------------------------------------------------------ engine -> view
+
+    @property
+    def asking(self) -> frozenset[str]:
+        return frozenset(q.task_id for q in self.questions.values())
+
+    def pull(self) -> None:
+        """Take a snapshot and bring every pane up to date (only changed cells are written)."""
+        try:
+            snap = self.engine.snapshot()
+        except Exception as exc:
+            self.notify(f"snapshot failed: {exc}", severity="error")
+            return
+        tasks: dict[str, Task] = {}
+        for task in snap.tasks:
+            live = self.tasks.get(task.id)
+            tasks[task.id] = live if live is not None and live.updated_at > task.updated_at else task
+        self.tasks = tasks
+        pending = {q.id: q for q in snap.questions if q.status == "pending"}
+        for qid, q in self.questions.items():  # asked after the snapshot was taken
+            if qid not in pending and q.asked_at > snap.taken_at:
+                pending[qid] = q
+        self.snap = snap
+        self._set_questions(pending)
+        self.refresh_views()
+
+    def refresh_views(self) -> None:
+        now = self.clock()
+        self.queue.sync(self.tasks.values(), now, self.asking)
+        self._retitle_queue()
+        self.query_one("#header", FleetHeader).show(
+            self.fleet_title, self._snap_now(), len(self.questions), now
+        )
+        self.query_one("#gauges", GaugesPane).show(self.snap, now)
+
+    def _snap_now(self) -> Snapshot:
+        return replace(self.snap, tasks=tuple(self.tasks.values()))
+
+    def _retitle_queue(self) -> None:
+        shown, total = self.queue.row_count, len(self.tasks)
+        pane = self.query_one("#queue-pane")
+        flt = self.query_one("#filter", Input).value.strip()
+        pane.border_title = f"Queue ({shown} of {total} · {flt})" if flt else f"Queue ({total})"
+
+    def _set_questions(self, pending: dict[str, Question]) -> None:
+        new = [qid for qid in pending if qid not in self._seen_questions]
+        self._seen_questions.update(pending)
+        self.questions = pending
+        items = [
+            InboxItem(q, self.tasks[q.task_id].name if q.task_id in self.tasks else q.task_id)
+            for q in sorted(pending.values(), key=lambda q: q.asked_at)
+        ]
+        self.inbox.set_items(items)
+        if new and self._painted:
+            self.bell()
+            self.bells += 1
+
+    async def _consume(self) -> None:
+        """Follow ``engine.subscribe()``; if the stream breaks, say so and reconnect."""
+        delay = 0.5
+        while not self._quitting:
+            try:
+                async for batch in self.engine.subscribe():
+                    self.apply(batch)
+                    delay = 0.5
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.notify(f"event stream lost ({exc}); reconnecting", severity="warning")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def apply(self, batch: Iterable[EngineEvent]) -> None:
+        """Apply one batch of live engine events to the panes."""
+        events: list[Event] = []
+        questions = dict(self.questions)
+        questions_changed = False
+        changed: list[Task] = []
+        for ee in batch:
+            if ee.kind == "task" and ee.task is not None:
+                old = self.tasks.get(ee.task.id)
+                if old is None or ee.task.updated_at >= old.updated_at:
+                    self.tasks[ee.task.id] = ee.task
+                    changed.append(ee.task)
+            elif ee.kind == "event" and ee.event is not None:
+                events.append(ee.event)
+            elif ee.kind == "question" and ee.question is not None:
+                q = ee.question
+                questions_changed = True
+                if q.status == "pending":
+                    questions[q.id] = q
+                else:
+                    questions.pop(q.id, None)
+            elif ee.kind == "gauges" and ee.gauges is not None:
+                self.snap = replace(self.snap, gauges=ee.gauges)
+            elif ee.kind == "notice" and ee.text:
+                self.notify(ee.text, severity="warning")
+        now = self.clock()
+        before = self.asking
+        if questions_changed:
+            self._set_questions(questions)
+        after = self.asking
+        touched = {t.id for t in changed} | (before ^ after)
+        for tid in touched:
+            if tid in self.tasks:
+                self.queue.update_task(self.tasks[tid], now, tid in after)
+        if events:
+            self.stream.offer(events)
+        selected = self.queue.selected_id
+        if selected in touched:
+            self._retitle_stream(selected)
+        if changed or questions_changed:
+            self._retitle_queue()
+            self.query_one("#header", FleetHeader).show(
+                self.fleet_title, self._snap_now(), len(self.questions), now
+            )
+        if self.stream.task_id is None and self.queue.row_count:
+            self._follow(self.queue.selected_id)
+
+    # ------------------------------------------------------------------ selection
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._follow(event.row_key.value)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_detail()
+
+    def _follow(self, task_id: str | None) -> None:
+        if task_id is None:
+            self.stream.follow(None, None)
+        else:
+            self.stream.follow(task_id, lambda: self.engine.events(task_id))
+        self._retitle_stream(task_id)
+
+    def _retitle_stream(self, task_id: str | None) -> None:
+        task = self.tasks.get(task_id) if task_id else None
+        if task is None:
+            self.stream.border_title = "Stream"
+            return
+        model = task.model or task.spec.model
+        coder = task.coder or task.spec.coder or "default"
+        self.stream.border_title = (
+            f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})"
+        )
+
+    @property
+    def selected(self) -> Task | None:
+        tid = self.queue.selected_id
+        return self.tasks.get(tid) if tid else None
+
+    def _need_selected(self) -> Task | None:
+        task = self.selected
+        if task is None:
+            self.notify("No task selected.", severity="warning")
+        return task
+
+    # ------------------------------------------------------------------ commands
+
+    async def _command(self, call: Awaitable[CommandResult]) -> CommandResult | None:
+        try:
+            result = await call
+        except Exception as exc:
+            self.notify(f"engine error: {exc}", severity="error")
+            return None
+        self.notify(
+            result.message or ("ok" if result.ok else "refused"),
+            severity="information" if result.ok else "warning",
+        )
+        if result.task is not None:
+            self.apply([EngineEvent(kind="task", task=result.task)])
+        return result
+
+    def send(self, call: Callable[[], Awaitable[CommandResult]]) -> None:
+        """Run an engine command in a worker so a slow engine never freezes the keys."""
+        self.run_worker(self._command(call()), group="commands", exit_on_error=False)
+
+    def _confirm_then(
+        self, title: str, body: str, yes: str, call: Callable[[], Awaitable[CommandResult]]
+    ) -> None:
+        def done(ok: bool | None) -> None:
+            if ok:
+                self.send(call)
+
+        self.push_screen(ConfirmScreen(title, body, yes=yes), done)
+
+    def action_kill(self) -> None:
+        if (task := self._need_selected()) is not None:
+            self._confirm_then(
+                f"Kill {task.name}? Its agent is stopped and the task parked.",
+                "",
+                "Kill",
+                lambda: self.engine.kill(task.id),
+            )
+
+    def action_cancel_task(self) -> None:
+        if (task := self._need_selected()) is not None:
+            self._confirm_then(
+                f"Cancel {task.name}? It will not run again unless retried.",
+                "",
+                "Cancel task",
+                lambda: self.engine.cancel(task.id),
+            )
+
+    def action_merge(self) -> None:
+        if (task := self._need_selected()) is not None:
+            self.run_worker(self._merge(task), group="commands", exit_on_error=False)
+
+    async def _merge(self, task: Task) -> None:
+        try:
+            diff = await self.engine.diff(task.id)
+        except Exception as exc:
+            diff = f"(could not read the diff: {exc})"
+        self._confirm_then(
+            f"Merge {task.name} into its base?", diffstat(diff), "Merge", lambda: self.engine.merge(task.id)
+        )
+
+    def action_pause_task(self) -> None:
+        if (task := self._need_selected()) is None:
+            return
+        if task.status == TaskStatus.PAUSED:
+            self.send(lambda: self.engine.resume(task.id))
+        elif task.status in TERMINAL:
+            self.notify(f"{task.name} is {task.status.value}; nothing to pause.", severity="warning")
+        else:
+            self.send(lambda: self.engine.pause(task.id))
+
+    def action_pause_fleet(self) -> None:
+        try:
+            paused = self.engine.snapshot().gauges.paused
+        except Exception:
+            paused = self.snap.gauges.paused
+        self.send(lambda: self.engine.resume(None) if paused else self.engine.pause(None))
+
+    def action_retry(self) -> None:
+        if (task := self._need_selected()) is not None:
+            self.send(lambda: self.engine.retry(task.id))
+
+    def on_inbox_answer(self, message: Inbox.Answer) -> None:
+        self.send(lambda: self.engine.answer(message.question_id, message.text))
+
+    def action_answer(self) -> None:
+        if not self.questions:
+            self.notify("No pending questions.", severity="information")
+            return
+        question = None
+        inbox_focused = self.focused is not None and self.inbox in self.focused.ancestors_with_self
+        task = self.selected
+        if not inbox_focused and task is not None:
+            question = next((q for q in self.questions.values() if q.task_id == task.id), None)
+        question = question or self.inbox.highlighted
+        if question is not None:
+            self.inbox.open_answer(question)
+
+    # ------------------------------------------------------------------ screens
+
+    def action_detail(self) -> None:
+        if (task := self._need_selected()) is not None:
+            self.push_screen(DetailScreen(self.engine, task, self.clock))
+
+    def action_new_task(self) -> None:
+        async def submit(spec: TaskSpec) -> CommandResult:
+            result = await self._command(self.engine.add([spec]))
+            return result or CommandResult(False, "the engine did not answer")
+
+        names = {t.name for t in self.tasks.values()}
+        self.push_screen(NewTaskScreen(submit, names, self.base_dir))
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        main = [(key, description) for key, _, description in self.action_table()]
+        detail = [
+            (b.key_display or b.key, b.description) for b in DetailScreen.BINDINGS if isinstance(b, Binding)
+        ]
+        dialogs = [
+            ("y / escape", "confirm / decline a kill, cancel or merge"),
+            ("l / x / escape", "on quit: leave agents running / stop them all / stay"),
+            ("ctrl+s / escape", "new task form: add / cancel"),
+        ]
+        return [("Cockpit", main + self.OTHER_KEYS), ("Task detail", detail), ("Dialogs", dialogs)]
+
+    def action_table(self) -> list[tuple[str, str, str]]:
+        """(key, action, description) of every cockpit binding, for the help and the palette."""
+        rows = []
+        for b in self.BINDINGS:
+            if isinstance(b, Binding):
+                rows.append((b.key_display or b.key, b.action, b.description))
+        return rows
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.help_sections()))
+
+    def action_filter(self) -> None:
+        flt = self.query_one("#filter", Input)
+        flt.display = True
+        flt.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id != "filter":
+            return
+        parsed = parse_filter(event.value)
+        event.input.border_subtitle = "; ".join(parsed.errors)
+        self.queue.set_filter(parsed, self.tasks.values(), self.clock(), self.asking)
+        self._retitle_queue()
+        self._follow(self.queue.selected_id)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            event.input.display = bool(event.value.strip())
+            self.queue.focus()
+
+    def on_filter_input_cleared(self, event: FilterInput.Cleared) -> None:
+        self.queue.focus()
+
+    def action_top(self) -> None:
+        focused = self.focused
+        if isinstance(focused, QueueTable) or focused is None:
+            self.queue.go_top()
+        else:
+            focused.scroll_home()
+
+    def action_bottom(self) -> None:
+        focused = self.focused
+        if isinstance(focused, QueueTable) or focused is None:
+            self.queue.go_bottom()
+        else:
+            focused.scroll_end()
+
+    def action_shell(self) -> None:
+        if (task := self._need_selected()) is None:
+            return
+        workdir = task.workdir or task.worktree
+        if not workdir or not os.path.isdir(workdir):
+            self.notify(f"{task.name} has no working directory yet.", severity="warning")
+            return
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        try:
+            with self.suspend():
+                self.spawn_shell([shell], workdir)
+        except SuspendNotSupported:
+            self.notify("This terminal cannot suspend the cockpit for a shell.", severity="error")
+
+    def spawn_shell(self, argv: list[str], cwd: str) -> int:
+        """Run the shell in the foreground; returns its exit status (tests replace this)."""
+        return subprocess.call(argv, cwd=cwd)
+
+    # ------------------------------------------------------------------ quit
+
+    async def action_quit(self) -> None:
+        running = sum(1 for t in self.tasks.values() if t.status in ACTIVE or t.paused_running)
+        if running and self.on_quit == "ask":
+
+            def chosen(choice: QuitChoice | None) -> None:
+                if choice is not None:
+                    self.run_worker(self._close(choice == "leave"), group="quit", exit_on_error=False)
+
+            self.push_screen(QuitScreen(running), chosen)
+            return
+        self.run_worker(self._close(self.on_quit != "stop"), group="quit", exit_on_error=False)
+
+    async def _close(self, leave_running: bool) -> None:
+        if self._quitting:
+            return
+        self._quitting = True
+        if not leave_running:
+            self.notify("Stopping agents...")
+        try:
+            await self.engine.shutdown(leave_running)
+        except Exception as exc:
+            self.notify(f"shutdown: {exc}", severity="error")
+        self.exit()

@@ -1,0 +1,412 @@
+"""Pure formatting and parsing for the cockpit: glyphs, durations, sizes, the queue's row values,
+the filter language and event lines.
+
+Kept out of the widgets so that parsing never runs in a widget (DESIGN section 3), and so each
+rule can be tested without starting an app. Nothing here imports Textual; styles are passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from rich.style import Style
+from rich.text import Text
+
+from fleet_tui.scheduler.model import Event, Gauges, Question, RateLimit, Snapshot, Task
+from fleet_tui.scheduler.states import ACTIVE, TaskStatus
+
+#: one glyph per state; "asking" overrides the state's glyph
+GLYPHS: dict[str, str] = {
+    TaskStatus.QUEUED.value: "◌",
+    TaskStatus.RUNNING.value: "◐",
+    TaskStatus.VERIFYING.value: "◑",
+    TaskStatus.DONE.value: "●",
+    TaskStatus.NEEDS_HUMAN.value: "!",
+    TaskStatus.PAUSED.value: "‖",
+    TaskStatus.CANCELLED.value: "×",
+    "asking": "?",
+}
+
+#: the queue's columns: (key, label, width). Widths are the defaults at 80 columns.
+QUEUE_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("glyph", " ", 1),
+    ("name", "name", 13),
+    ("state", "state", 18),
+    ("attempt", "#", 2),
+    ("elapsed", "time", 6),
+    ("tokens", "tok", 5),
+    ("ctx", "ctx", 4),
+    ("cost", "cost", 6),
+    ("coder", "coder/model", 12),
+    ("host", "host", 7),
+)
+
+
+def truncate(text: str, width: int) -> str:
+    """One display line: newlines folded, cut to ``width`` with an ellipsis."""
+    line = " ".join(text.split("\n"))
+    if width <= 0:
+        return ""
+    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
+
+
+def duration(seconds: float | None) -> str:
+    """``42s``, ``3m07s``, ``2h05m``, ``3d04h``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    s = max(int(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def count(n: int | None) -> str:
+    """Token counts: ``950``, ``12k``, ``1.2M``."""
+    if not n:
+        return "-"
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.0f}k" if n >= 10_000 else f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.1f}M"
+
+
+def size(n: int | None) -> str:
+    """Bytes as ``9.8G``, ``512M``; ``?`` when unknown (an unknown reading is never plenty)."""
+    if n is None:
+        return "?"
+    for unit, div in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div:
+            v = n / div
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return f"{n}B"
+
+
+def cost(usd: float) -> str:
+    return f"${usd:.2f}" if usd else "-"
+
+
+def clock_time(ts: float | None) -> str:
+    """Wall-clock ``HH:MM`` in local time."""
+    if ts is None:
+        return "?"
+    return time.strftime("%H:%M", time.localtime(ts))
+
+
+def clock_seconds(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def percent(fraction: float | None) -> str:
+    return "?" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def is_asking(task: Task, asking_ids: Iterable[str] = ()) -> bool:
+    return task.asking or task.id in set(asking_ids)
+
+
+def state_text(task: Task, asking: bool = False) -> str:
+    """The state column: the waiting reason when queued, the reason when parked, or asking."""
+    if asking:
+        return "asks a question"
+    status = task.status
+    if status == TaskStatus.QUEUED and task.waiting:
+        return task.waiting
+    if status in (TaskStatus.NEEDS_HUMAN, TaskStatus.PAUSED, TaskStatus.CANCELLED) and task.reason:
+        prefix = "paused: " if status == TaskStatus.PAUSED else ""
+        return prefix + task.reason
+    return status.value
+
+
+def elapsed(task: Task, now: float) -> float | None:
+    """Time of the current attempt while active, else first start to finish (or now)."""
+    if task.status in ACTIVE:
+        start = task.attempt_started_at or task.started_at
+        return None if start is None else now - start
+    if task.started_at is None:
+        return None
+    end = task.finished_at or (task.updated_at if task.status == TaskStatus.PAUSED else None) or now
+    return end - task.started_at
+
+
+def context_pct(task: Task) -> str:
+    if not task.context_tokens or not task.context_window:
+        return "-"
+    return f"{100 * task.context_tokens / task.context_window:.0f}%"
+
+
+def coder_model(task: Task) -> str:
+    coder = task.coder or task.spec.coder or "default"
+    model = task.model or task.spec.model
+    return f"{coder}/{model}" if model else coder
+
+
+def row_values(task: Task, now: float, asking: bool = False) -> dict[str, str]:
+    """The queue row of a task, keyed like ``QUEUE_COLUMNS``."""
+    glyph = GLYPHS["asking"] if asking else GLYPHS.get(task.status.value, "?")
+    return {
+        "glyph": glyph,
+        "name": task.name,
+        "state": state_text(task, asking),
+        "attempt": str(task.attempt) if task.attempt else "-",
+        "elapsed": duration(elapsed(task, now)),
+        "tokens": count(task.tokens),
+        "ctx": context_pct(task),
+        "cost": cost(task.cost_usd),
+        "coder": coder_model(task),
+        "host": task.host or "-",
+    }
+
+
+# ---------------------------------------------------------------------------------------- filter
+
+
+@dataclass(frozen=True)
+class TaskFilter:
+    """``state:running coder:claude api``: every term must match (state and coder by prefix,
+    free words as substrings of the name). ``host:`` and ``name:`` work too."""
+
+    states: tuple[str, ...] = ()
+    coders: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+    errors: tuple[str, ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return not (self.states or self.coders or self.hosts or self.words)
+
+    def matches(self, task: Task, asking: bool = False) -> bool:
+        name = task.name.lower()
+        if any(w not in name for w in self.words):
+            return False
+        if self.states:
+            status = "asking" if asking else task.status.value
+            if not any(status.startswith(s) or task.status.value.startswith(s) for s in self.states):
+                return False
+        if self.coders:
+            coder = coder_model(task).lower()
+            if not any(coder.startswith(c) or f"/{c}" in coder for c in self.coders):
+                return False
+        return not self.hosts or any((task.host or "").lower().startswith(h) for h in self.hosts)
+
+
+def parse_filter(text: str) -> TaskFilter:
+    states: list[str] = []
+    coders: list[str] = []
+    hosts: list[str] = []
+    words: list[str] = []
+    errors: list[str] = []
+    for term in text.lower().split():
+        key, sep, value = term.partition(":")
+        if not sep:
+            words.append(term)
+        elif not value:
+            errors.append(f"{key}: needs a value")
+        elif key in ("state", "status", "s"):
+            states.append(value)
+        elif key in ("coder", "model", "c"):
+            coders.append(value)
+        elif key in ("host", "h"):
+            hosts.append(value)
+        elif key in ("name", "n"):
+            words.append(value)
+        else:
+            errors.append(f"unknown filter key {key!r} (state, coder, host, name)")
+    return TaskFilter(tuple(states), tuple(coders), tuple(hosts), tuple(words), tuple(errors))
+
+
+# ---------------------------------------------------------------------------------------- header
+
+
+def header_text(title: str, snap: Snapshot, questions: int, now: float) -> str:
+    """``fleet-tui ─ 3 running · 5 queued · 1 question · rate 42% (resets 14:05) · mem 9.8G free``"""
+    counts: dict[str, int] = {}
+    for task in snap.tasks:
+        counts[task.status.value] = counts.get(task.status.value, 0) + 1
+    active = counts.get("running", 0) + counts.get("verifying", 0)
+    parts = [f"{active} running"] if active else []
+    order = ["queued", "needs_human", "paused"]
+    parts += [f"{counts[s]} {s.replace('_', ' ')}" for s in order if counts.get(s)]
+    if not snap.tasks:
+        parts.append("no tasks")
+    if questions:
+        parts.append(f"{questions} question{'s' if questions != 1 else ''}")
+    worst = worst_rate_limit(snap.gauges.rate_limits)
+    if worst is not None:
+        parts.append(rate_limit_text(worst, now, short=True))
+    parts.append(f"mem {size(snap.gauges.mem_available)} free")
+    if snap.gauges.paused:
+        parts.insert(0, "PAUSED")
+    parts += [f"{counts[s]} {s}" for s in ("done", "cancelled") if counts.get(s)]
+    return f"{title} ─ " + " · ".join(parts)
+
+
+def worst_rate_limit(limits: Iterable[RateLimit]) -> RateLimit | None:
+    def key(r: RateLimit) -> float:
+        return 2.0 if r.status == "rejected" else (r.utilization or 0.0)
+
+    ordered = sorted(limits, key=key, reverse=True)
+    return ordered[0] if ordered else None
+
+
+def rate_limit_text(rl: RateLimit, now: float, short: bool = False) -> str:
+    label = "rate" if short else rl.account
+    util = "limited" if rl.status == "rejected" else percent(rl.utilization)
+    text = f"{label} {util}"
+    if rl.resets_at is not None and rl.resets_at > now:
+        text += f" (resets {clock_time(rl.resets_at)})"
+    if not short and rl.window:
+        text += f" [{rl.window}]"
+    return text
+
+
+def gauges_lines(snap: Snapshot, now: float) -> list[str]:
+    """The gauges pane: slots, load, memory, disk, hosts, then one line per rate-limit account."""
+    g: Gauges = snap.gauges
+    load = "?" if g.load_per_core is None else f"{g.load_per_core:.1f}/core"
+    mem = size(g.mem_available)
+    if g.mem_floor:
+        mem += f" free (floor {size(g.mem_floor)})"
+    else:
+        mem += " free"
+    first = f"slots {g.running}/{g.max_concurrent or '?'} · load {load} · disk {size(g.disk_free)}"
+    if g.paused:
+        first = "fleet PAUSED · " + first
+    lines = [first, f"mem {mem}"]
+    hosts = ", ".join(f"{h.name} ({h.running} run, {size(h.mem_available)})" for h in snap.hosts)
+    lines.append(f"hosts {g.hosts}" + (f": {hosts}" if hosts else ""))
+    if g.budget_usd is not None:
+        lines.append(f"budget {cost(g.budget_spent_usd)} of {cost(g.budget_usd)}")
+    lines.extend(rate_limit_text(rl, now) for rl in g.rate_limits)
+    return lines
+
+
+def question_line(q: Question, task_name: str) -> str:
+    opts = f" [{' / '.join(q.options)}]" if q.options else ""
+    return f"{task_name}: {q.text}{opts}"
+
+
+# ---------------------------------------------------------------------------------------- events
+
+#: the theme variable each event kind is coloured with
+KIND_VARIABLES: dict[str, str] = {
+    "session_started": "text-primary",
+    "text": "foreground",
+    "thinking": "foreground-muted",
+    "tool_call": "text-accent",
+    "tool_result": "text-secondary",
+    "usage": "foreground-muted",
+    "rate_limit": "text-warning",
+    "question": "text-warning",
+    "answer": "text-success",
+    "api_retry": "text-warning",
+    "error": "text-error",
+    "result": "text-success",
+    "stderr": "text-warning",
+    "oversized": "text-warning",
+    "lifecycle": "text-primary",
+    "verify": "text-primary",
+}
+
+#: short labels of event kinds for the stream (so columns line up)
+KIND_LABELS: dict[str, str] = {
+    "session_started": "start",
+    "tool_call": "tool",
+    "tool_result": "result",
+    "rate_limit": "rate",
+    "api_retry": "retry",
+    "lifecycle": "life",
+    "oversized": "big",
+    "thinking": "think",
+    "question": "ask",
+    "result": "done",
+}
+
+
+def event_summary(ev: Event) -> str:
+    """The text of one event on one line (without time and kind)."""
+    if ev.kind == "tool_call":
+        arg = ev.tool_input
+        if isinstance(arg, Mapping):
+            arg = (
+                next(iter(arg.values()), "")
+                if len(arg) == 1
+                else " ".join(f"{k}={v}" for k, v in arg.items())
+            )
+        body = f"{ev.tool or '?'}  {arg if arg is not None else ''}".rstrip()
+    elif ev.kind == "usage" and ev.usage is not None:
+        body = f"{count(ev.usage.total)} tok"
+        if ev.context_tokens and ev.context_window:
+            body += f" · ctx {100 * ev.context_tokens / ev.context_window:.0f}%"
+    elif ev.kind == "rate_limit" and ev.rate_limit is not None:
+        body = rate_limit_text(ev.rate_limit, ev.ts)
+    elif ev.kind == "result" and ev.cost_usd is not None:
+        body = f"{ev.text or ''} ({cost(ev.cost_usd)})".strip()
+    else:
+        body = ev.text or ev.tool or ""
+    if ev.is_error and ev.kind not in ("error", "stderr"):
+        body = "ERROR " + body
+    return body
+
+
+def event_line(ev: Event, width: int, style_for: Callable[[str], Style] | None = None) -> Text:
+    """``14:02:11 tool   Bash  pytest -q`` truncated to ``width``, styled by kind."""
+    label = KIND_LABELS.get(ev.kind, ev.kind)[:6]
+    plain = truncate(f"{clock_seconds(ev.ts)} {label:<6} {event_summary(ev)}", width)
+    text = Text(plain)
+    if style_for is not None:
+        kind = "error" if ev.is_error else ev.kind
+        text.stylize(style_for("foreground-muted"), 0, min(8, len(plain)))
+        text.stylize(style_for(KIND_VARIABLES.get(kind, "foreground")), min(9, len(plain)))
+    return text
+
+
+def log_matches(ev: Event, needle: str) -> bool:
+    """The detail screen's log search: case-insensitive substring of the event's line."""
+    if not needle:
+        return True
+    return needle.lower() in f"{ev.kind} {event_summary(ev)}".lower()
+
+
+def diff_text(diff: str, style_for: Callable[[str], Style] | None = None) -> Text:
+    """A unified diff coloured through theme variables (added, removed, hunk, file lines)."""
+    text = Text()
+    for line in diff.splitlines():
+        var = None
+        if line.startswith(("+++", "---", "diff ", "index ")):
+            var = "text-primary"
+        elif line.startswith("+"):
+            var = "text-success"
+        elif line.startswith("-"):
+            var = "text-error"
+        elif line.startswith("@@"):
+            var = "text-accent"
+        style = style_for(var) if (style_for is not None and var) else Style()
+        text.append(line + "\n", style=style)
+    return text
+
+
+def diffstat(diff: str, limit: int = 30) -> str:
+    """The stat part of ``engine.diff`` (lines before the first ``diff --git``), or a count."""
+    head: list[str] = []
+    for line in diff.splitlines():
+        if line.startswith("diff --git"):
+            break
+        head.append(line)
+    stat = "\n".join(head).strip()
+    if stat:
+        lines = stat.splitlines()
+        return "\n".join(lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else []))
+    files = [ln[len("+++ b/") :] for ln in diff.splitlines() if ln.startswith("+++ b/")]
+    added = sum(1 for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+    removed = sum(1 for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+    if not files:
+        return diff.strip()[:500] or "(empty diff)"
+    return f"{len(files)} file(s) changed, +{added} -{removed}\n" + "\n".join(files[:limit])

@@ -1,0 +1,92 @@
+"""The stream pane: the selected task's normalized events, live, coloured by kind.
+
+Agents can emit hundreds of events a second; writing each one to the log would re-render the pane
+as often. Events are appended to a buffer and a 15 Hz timer writes whatever accumulated in one go.
+The log keeps a bounded number of lines (the full history is in ``fleet-tui logs`` and the detail
+screen). When the selection changes the pane is first filled from the engine's stored events, then
+follows live ones, dropping any the fill already showed (by attempt and sequence number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+from textual.widgets import RichLog
+
+from fleet_tui.app.format import event_line
+from fleet_tui.app.theme import ThemeStyles
+from fleet_tui.scheduler.model import Event
+
+FLUSH_HZ = 15
+MAX_LINES = 2000
+FILL_LIMIT = 500
+
+
+class StreamLog(RichLog):
+    """Events of one task. Call ``follow`` on selection, ``offer`` for every live event."""
+
+    def __init__(self, *, id: str | None = None, max_lines: int = MAX_LINES) -> None:
+        super().__init__(id=id, max_lines=max_lines, wrap=False, markup=False, highlight=False)
+        self.task_id: str | None = None
+        self._buffer: list[Event] = []
+        self._filling = False
+        self._last: tuple[int, int] = (-1, -1)
+        self._styles: ThemeStyles | None = None
+        self.flushes = 0
+
+    def on_mount(self) -> None:
+        self._styles = ThemeStyles(self.app)
+        self.set_interval(1 / FLUSH_HZ, self.flush)
+
+    def follow(self, task_id: str | None, loader: Callable[[], Awaitable[list[Event]]] | None) -> None:
+        """Show ``task_id``: clear, fill from ``loader`` (the stored events), then go live."""
+        if task_id == self.task_id:
+            return
+        self.task_id = task_id
+        self._buffer.clear()
+        self._last = (-1, -1)
+        self.clear()
+        if task_id is None or loader is None:
+            self._filling = False
+            return
+        self._filling = True
+        self.run_worker(self._fill(task_id, loader), exclusive=True, group="stream-fill")
+
+    async def _fill(self, task_id: str, loader: Callable[[], Awaitable[list[Event]]]) -> None:
+        try:
+            stored = await loader()
+        except Exception as exc:  # the engine refused: show why, keep following live
+            stored = []
+            self.write(f"(could not load stored events: {exc})")
+        if task_id != self.task_id:
+            return
+        live = self._buffer
+        self._buffer = []
+        self._filling = False
+        self._write_events(stored)
+        self._write_events(live)
+
+    def offer(self, events: Iterable[Event]) -> None:
+        """Queue live events; those of other tasks are ignored."""
+        if self.task_id is None:
+            return
+        self._buffer.extend(ev for ev in events if ev.task_id == self.task_id)
+
+    def flush(self) -> None:
+        if self._filling or not self._buffer:
+            return
+        pending, self._buffer = self._buffer, []
+        self._write_events(pending)
+
+    def _write_events(self, events: Iterable[Event]) -> None:
+        width = self.scrollable_content_region.width or 120
+        wrote = False
+        for ev in events:
+            key = (ev.attempt, ev.seq)
+            if key <= self._last:
+                continue
+            self._last = key
+            self.write(event_line(ev, max(width, 20), self._styles), scroll_end=None)
+            wrote = True
+        if wrote:
+            self.flushes += 1
