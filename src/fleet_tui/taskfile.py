@@ -88,27 +88,23 @@ def did_you_mean(word: str, choices: Collection[str]) -> str:
 # Line numbers: a scanner of the raw TOML text
 
 
+#: TOML strings: multi-line basic/literal (closing run may carry up to two content quotes), then
+#: one-line basic/literal. Used to skip over strings so their content is never taken for syntax.
+_STRING_RE = re.compile(
+    r'"""(?:\\.|[^\\])*?"{3,5}|\'\'\'.*?\'{3,5}|"(?:\\.|[^"\\\n])*"|\'[^\'\n]*\'', re.DOTALL
+)
+_QUOTED_RE = re.compile(r'"((?:\\.|[^"\\])*)"|\'([^\']*)\'')
+
+
 def _split_dotted(text: str) -> list[str]:
     """Split a (header or key) dotted name, honouring quoted parts: ``a."b.c" . d``."""
-    parts: list[str] = []
-    cur: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch in "\"'":
-            end = i + 1
-            while end < len(text) and text[end] != ch:
-                end += 2 if (ch == '"' and text[end] == "\\") else 1
-            cur.append(text[i + 1 : end])
-            i = end + 1
-            continue
+    masked = _QUOTED_RE.sub(lambda m: "\0" * len(m.group(0)), text)
+    parts, start = [], 0
+    for k, ch in enumerate(masked + "."):
         if ch == ".":
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    parts.append("".join(cur).strip())
+            part = text[start:k].strip()
+            parts.append(part[1:-1] if part[:1] in "\"'" and part[-1:] == part[:1] else part)
+            start = k + 1
     return parts
 
 
@@ -117,62 +113,37 @@ def toml_key_lines(text: str) -> dict[Path_, int]:
 
     Paths index arrays of tables: ``("task", 1, "verify", 0, "run")`` is the ``run`` key of the
     first ``[[task.verify]]`` of the second ``[[task]]``. Keys inside inline tables and arrays are
-    not listed; use ``line_of`` which falls back to the nearest listed ancestor.
+    not listed; ``line_of`` falls back to the nearest listed ancestor.
     """
     lines: dict[Path_, int] = {}
     aot_counts: dict[Path_, int] = {}
     table: Path_ = ()
     i, n, line = 0, len(text), 1
 
-    def skip_string(i: int) -> int:
-        """``i`` at an opening quote; returns the index just past the closing quote(s)."""
-        nonlocal line
-        q = text[i]
-        if text.startswith(q * 3, i):
-            j = i + 3
-            while j < n:
-                if q == '"' and text[j] == "\\":
-                    if j + 1 < n and text[j + 1] == "\n":
-                        line += 1
-                    j += 2
-                    continue
-                if text.startswith(q * 3, j):
-                    j += 3
-                    while j < n and text[j] == q:  # up to two quotes may end the content
-                        j += 1
-                    return j
-                if text[j] == "\n":
-                    line += 1
-                j += 1
-            return j
-        j = i + 1
-        while j < n and text[j] != q and text[j] != "\n":
-            j += 2 if (q == '"' and text[j] == "\\") else 1
-        return j + 1
+    def eol(i: int) -> int:
+        j = text.find("\n", i)
+        return n if j < 0 else j
 
-    def skip_value(i: int) -> int:
-        """Skip a value to the end of its statement (handles nesting, strings, comments)."""
+    def scan(i: int, stops: str, depth_aware: bool = False) -> int:
+        """Index of the first char in ``stops`` outside strings/comments (and nesting, if asked)."""
         nonlocal line
         depth = 0
         while i < n:
             ch = text[i]
-            if ch in "\"'":
-                i = skip_string(i)
+            if ch in "\"'" and (m := _STRING_RE.match(text, i)):
+                line += m.group(0).count("\n")
+                i = m.end()
                 continue
-            if ch == "#":
-                while i < n and text[i] != "\n":
-                    i += 1
+            if ch == "#" and depth_aware:
+                i = eol(i)
                 continue
-            if ch in "[{":
-                depth += 1
-            elif ch in "]}":
-                depth -= 1
-            elif ch == "\n":
-                if depth <= 0:
-                    return i
-                line += 1
+            if ch in stops and depth <= 0:
+                return i
+            if depth_aware and ch in "[{]}":
+                depth += 1 if ch in "[{" else -1
+            line += ch == "\n"
             i += 1
-        return i
+        return n
 
     def resolve(segments: list[str], is_aot: bool) -> Path_:
         path: list[str | int] = []
@@ -188,41 +159,27 @@ def toml_key_lines(text: str) -> dict[Path_, int]:
 
     while i < n:
         ch = text[i]
-        if ch == "\n":
-            line += 1
-            i += 1
-        elif ch in " \t\r":
+        if ch in " \t\r\n":
+            line += ch == "\n"
             i += 1
         elif ch == "#":
-            while i < n and text[i] != "\n":
-                i += 1
+            i = eol(i)
         elif ch == "[":
             is_aot = text.startswith("[[", i)
-            j = i + (2 if is_aot else 1)
-            start = j
-            while j < n and text[j] != "]" and text[j] != "\n":
-                if text[j] in "\"'":
-                    j = skip_string(j)
-                else:
-                    j += 1
+            start = i + 1 + is_aot
+            j = scan(start, "]\n")
             table = resolve(_split_dotted(text[start:j]), is_aot)
             for k in range(1, len(table) + 1):
                 lines.setdefault(table[:k], line)
-            i = j + (2 if is_aot else 1)
+            i = j + 1 + is_aot
         else:
-            j = i
-            while j < n and text[j] not in "=\n":
-                if text[j] in "\"'":
-                    j = skip_string(j)
-                else:
-                    j += 1
-            if j >= n or text[j] != "=":  # not a key line (cannot happen in valid TOML)
-                i = j
-                continue
-            parts = _split_dotted(text[i:j])
-            for k in range(1, len(parts) + 1):
-                lines.setdefault((*table, *parts[:k]), line)
-            i = skip_value(j + 1)
+            j = scan(i, "=\n")
+            if j < n and text[j] == "=":
+                parts = _split_dotted(text[i:j])
+                for k in range(1, len(parts) + 1):
+                    lines.setdefault((*table, *parts[:k]), line)
+                j = scan(j + 1, "\n", depth_aware=True)
+            i = j
     return lines
 
 

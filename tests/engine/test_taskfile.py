@@ -533,14 +533,14 @@ def test_validate_spec(tmp_path: Path) -> None:
 
 TRICKY = "\n".join(
     [
-        '# a comment with [[task]] and name = "x"',
+        '# a comment with [[task]] and name = "x" and \'\'\' and """',
         "[ defaults ]",
         '"model" = "m" # trailing [[task]]',
         "[[ task ]]",
         'name = "a"   # comment with \' and "',
         'prompt = "escaped \\" quote [[task]] \\\\"',
         "depends_on = [",
-        '  "b", # a comment ] with brackets [',
+        "  \"b\", # a comment ] with brackets [ and '''",
         "  'c\\',",
         "]",
         'env.FOO = "1"',
@@ -586,3 +586,41 @@ def test_key_lines_tricky_toml() -> None:
     assert lines[("task", 2, "verify", 0)] == 24
     assert lines[("task", 2, "verify", 0, "run")] == 25
     assert len([p for p in lines if len(p) == 2 and p[0] == "task"]) == 3
+
+
+def test_key_lines_on_generated_documents() -> None:
+    """Seeded random documents with tricky strings: every recorded line must match."""
+    import random
+    import tomllib
+
+    values = [
+        '"plain"',
+        "'literal [[task]] # not a comment'",
+        '"""\nmulti\n[[task]]\nname = "x"\n"""',
+        "'''\nit's '' two [[task]]\n'''",
+        '"""ends with two quotes"""""',
+        '"""\\\n  line continuation\\\n"""',
+        '[\n  "a", # comment ] [\n  "b",\n]',
+        '{ x = "}", y = [1, 2] }',
+    ]
+    rng = random.Random(1234)
+    for _ in range(30):
+        out: list[str] = []
+        expected: dict[tuple[str | int, ...], int] = {}
+        for t in range(rng.randint(1, 5)):
+            if rng.random() < 0.3:
+                out.append(f"# task {t} ''' \"\"\" [[task]]")
+            expected[("task", t)] = len(out) + 1
+            out.append("[[task]]" if rng.random() < 0.5 else "[[ task ]]  # header")
+            for k in range(rng.randint(1, 4)):
+                expected[("task", t, f"k{k}")] = len(out) + 1
+                out.extend(f"k{k} = {rng.choice(values)}".split("\n"))
+            for v in range(rng.randint(0, 2)):
+                expected[("task", t, "verify", v)] = len(out) + 1
+                out.append("  [[task.verify]]")
+                expected[("task", t, "verify", v, "run")] = len(out) + 1
+                out.extend(f"  run = {rng.choice(values)}".split("\n"))
+        text = "\n".join(out) + "\n"
+        tomllib.loads(text)  # the generator makes valid TOML
+        lines = toml_key_lines(text)
+        assert {p: lines.get(p) for p in expected} == expected, text
