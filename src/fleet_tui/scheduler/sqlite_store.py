@@ -603,6 +603,11 @@ RETURNING id, attempt"""
         rows = self._q("SELECT COALESCE(SUM(cost_usd), 0) FROM attempts WHERE started_at >= ?", (since,))
         return float(rows[0][0] or 0.0)
 
+    def change_marker(self) -> int:
+        """Changes whenever another connection commits (PRAGMA data_version): a cheap poll."""
+        with self._lock:
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
     def maintenance(self) -> None:
         with self._lock:
             try:

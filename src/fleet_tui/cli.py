@@ -1,0 +1,579 @@
+"""The command line (DESIGN section 9): argument parsing that hands off to the engine or the app.
+
+No logic of its own beyond turning arguments into calls and results into text or stable JSON.
+Exit codes: 0 ok, 1 a user error (the message on stderr names the problem and the fix), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from fleet_tui import __version__
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed without a traceback, exit 1."""
+
+
+def resolve_home(arg: str | None) -> Path:
+    if arg:
+        return Path(arg).expanduser().resolve()
+    env = os.environ.get("FLEET_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    from platformdirs import user_state_dir
+
+    return Path(user_state_dir("fleet-tui"))
+
+
+class Ctx:
+    """Home, config and store, opened lazily."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.home = resolve_home(getattr(args, "home", None))
+        self._store: Any = None
+        self._cfg: Any = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.toml"
+
+    @property
+    def cfg(self) -> Any:
+        if self._cfg is None:
+            from fleet_tui.config import ConfigError, load_config
+
+            try:
+                self._cfg = load_config(self.config_path)
+            except ConfigError as e:
+                raise UserError(str(e)) from e
+        return self._cfg
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            from fleet_tui.scheduler.store import StoreError, open_store
+
+            url = getattr(self.args, "store", None) or os.environ.get("FLEET_STORE") or self.cfg.store
+            try:
+                self.home.mkdir(parents=True, exist_ok=True)
+                self._store = open_store(url, str(self.home))
+            except StoreError as e:
+                raise UserError(str(e)) from e
+            except OSError as e:
+                raise UserError(f"cannot use the fleet home {self.home}: {e}") from e
+        return self._store
+
+
+def _coder_tools() -> tuple[list[str], Any]:
+    from fleet_tui.coders.base import coder_names, get_coder
+
+    names = coder_names()
+
+    def available(name: str) -> tuple[bool, str]:
+        try:
+            return get_coder(name).available()
+        except Exception as e:
+            return False, str(e)
+
+    return names, available
+
+
+def _slug(text: str) -> str:
+    words = re.findall(r"[a-z0-9]+", text.lower())[:4]
+    return ("-".join(words) or "task")[:40] + "-" + secrets.token_hex(2)
+
+
+def _controller(ctx: Ctx) -> Any:
+    from fleet_tui.scheduler.control import ControlConfig, Controller
+
+    return Controller(ctx.store, actor="cli", cfg=ControlConfig(heartbeat_s=ctx.cfg.heartbeat_s,
+                                                                  command_timeout_s=ctx.cfg.kill_grace_s + 25))
+
+
+# -- commands -----------------------------------------------------------------------------------
+def cmd_add(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+    from fleet_tui.taskfile import validate_spec
+
+    a = ctx.args
+    coder = a.coder or ("shell" if a.command else None)
+    spec = TaskSpec(
+        name=a.name or _slug(a.prompt), prompt=a.prompt, cwd=str(Path(a.cwd).resolve()), coder=coder,
+        model=a.model, command=a.command, git_ref=a.git_ref, priority=a.priority, depends_on=tuple(a.after),
+        max_retries=a.max_retries, verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
+        timeout_min=a.timeout_min, budget_usd=a.budget_usd, source="fleet-tui add",
+    )
+    names, available = _coder_tools()
+    problems = validate_spec(spec, known_coders=names, existing_names=ctx.store.task_names(),
+                             coder_available=available)
+    if problems:
+        raise UserError("cannot add the task:\n" + "\n".join(f"  {p}" for p in problems))
+    res = anyio.run(_controller(ctx).add, [spec])
+    if not res.ok:
+        raise UserError(res.message)
+    print(res.task.id)
+    return 0
+
+
+def _load(ctx: Ctx, path: str) -> Any:
+    from fleet_tui.taskfile import load_taskfile
+
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: no such file")
+    names, available = _coder_tools()
+    existing = ctx.store.task_names() if ctx.args.cmd == "load" else ()
+    return load_taskfile(p, known_coders=names, existing_names=existing, coder_available=available)
+
+
+def cmd_validate(ctx: Ctx) -> int:
+    res = _load(ctx, ctx.args.file)
+    for w in res.warnings:
+        print(f"{w} (warning)", file=sys.stderr)
+    if not res.ok:
+        for e in res.errors:
+            print(str(e), file=sys.stderr)
+        print(f"{len(res.errors)} problem(s); nothing queued", file=sys.stderr)
+        return 1
+    print(f"{ctx.args.file}: {len(res.specs)} task(s), no problems")
+    return 0
+
+
+def cmd_load(ctx: Ctx) -> int:
+    res = _load(ctx, ctx.args.file)
+    if not res.ok:
+        for e in res.errors:
+            print(str(e), file=sys.stderr)
+        print(f"{len(res.errors)} problem(s); nothing queued", file=sys.stderr)
+        return 1
+    out = anyio.run(_controller(ctx).add, list(res.specs))
+    if not out.ok:
+        raise UserError(out.message)
+    print(out.message)
+    return 0
+
+
+def _engine(ctx: Ctx, **kw: Any) -> Any:
+    from fleet_tui.scheduler.engine import Engine
+
+    return Engine(ctx.store, ctx.home, ctx.cfg, config_path=ctx.config_path, **kw)
+
+
+def cmd_run(ctx: Ctx) -> int:
+    import dataclasses
+    import signal
+
+    a = ctx.args
+    if a.max_concurrent is not None:
+        if a.max_concurrent < 1:
+            raise UserError("--max-concurrent must be at least 1")
+        ctx._cfg = dataclasses.replace(ctx.cfg, max_concurrent=a.max_concurrent)
+    engine = _engine(ctx, host=a.host_name, tags=a.tag or ())
+    if a.max_concurrent is not None:
+        engine._config_path = None  # an explicit flag wins over config hot reload
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
+                    async for _ in sigs:
+                        print("fleet-tui: stopping; agents are stopped and their tasks requeued", file=sys.stderr)
+                        await engine.shutdown(leave_running=ctx.cfg.on_quit == "leave")
+                        return
+
+            tg.start_soon(on_signal)
+            await engine.run(until_idle=a.until_idle)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    if a.until_idle:
+        waiting = [(n, r) for n, r in engine.idle_report]
+        if waiting:
+            print(f"idle; {len(waiting)} task(s) still wait:")
+            for n, r in waiting:
+                print(f"  {n}: {r}")
+        else:
+            print("idle; nothing waits")
+    return 0
+
+
+def _elapsed(t: Any, now: float) -> float | None:
+    if t.started_at is None:
+        return None
+    end = t.finished_at if t.status.value in ("done", "cancelled", "needs_human") and t.finished_at else now
+    return max(0.0, end - (t.attempt_started_at or t.started_at))
+
+
+def task_json(t: Any, now: float) -> dict[str, Any]:
+    return {
+        "id": t.id, "name": t.name, "status": t.status.value, "reason": t.reason, "waiting": t.waiting,
+        "asking": t.asking, "attempt": t.attempt, "retries_used": t.retries_used, "handoffs": t.handoffs,
+        "false_completions": t.false_completions, "priority": t.spec.priority,
+        "depends_on": list(t.spec.depends_on), "coder": t.coder or t.spec.coder, "model": t.model or t.spec.model,
+        "host": t.host, "owner": t.owner, "created_at": t.created_at, "started_at": t.started_at,
+        "finished_at": t.finished_at, "elapsed_s": _elapsed(t, now), "tokens": t.tokens, "cost_usd": t.cost_usd,
+        "context_tokens": t.context_tokens, "context_window": t.context_window, "branch": t.branch,
+        "worktree": t.worktree, "workdir": t.workdir, "merged_commit": t.merged_commit,
+        "result_text": t.result_text,
+    }
+
+
+def _fmt_dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _why(t: Any) -> str:
+    if t.asking:
+        return "asks a question"
+    if t.status.value == "queued":
+        return t.waiting or (t.reason or "")
+    return t.reason or ""
+
+
+def cmd_status(ctx: Ctx) -> int:
+    store = ctx.store
+    tasks = store.list_tasks()
+    now = time.time()
+    if ctx.args.json:
+        out = []
+        for t in tasks:
+            d = task_json(t, now)
+            atts = store.attempts(t.id)
+            d["verify_output"] = atts[-1].verify_output if atts else None
+            d["last_outcome"] = atts[-1].outcome if atts else None
+            out.append(d)
+        print(json.dumps(out, indent=1))
+        return 0
+    if ctx.args.graph:
+        return _graph(tasks)
+    if not tasks:
+        print("no tasks (add one: fleet-tui add PROMPT, or fleet-tui load tasks.toml)")
+        return 0
+    w = max(len(t.name) for t in tasks)
+    for t in tasks:
+        coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
+        print(f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {_fmt_dur(_elapsed(t, now)):>7}  a{t.attempt}  "
+              f"{coder:<14} {_why(t)}".rstrip())
+    return 0
+
+
+def _graph(tasks: list[Any]) -> int:
+    by_name = {t.name: t for t in tasks}
+    children: dict[str, list[str]] = {}
+    roots = []
+    for t in tasks:
+        deps = [d for d in t.spec.depends_on if d in by_name]
+        if not deps:
+            roots.append(t.name)
+        for d in deps:
+            children.setdefault(d, []).append(t.name)
+
+    def show(name: str, prefix: str, last: bool, top: bool) -> None:
+        t = by_name[name]
+        why = _why(t)
+        line = f"{name} [{t.status.value}]" + (f" {why}" if why else "")
+        print(line if top else f"{prefix}{'└─ ' if last else '├─ '}{line}")
+        kids = children.get(name, [])
+        for i, k in enumerate(kids):
+            show(k, prefix + ("" if top else ("   " if last else "│  ")), i == len(kids) - 1, False)
+
+    for r in roots:
+        show(r, "", True, True)
+    return 0
+
+
+def _task_or_fail(ctx: Ctx, ref: str) -> Any:
+    t = ctx.store.get_task(ref)
+    if t is None:
+        raise UserError(f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)")
+    return t
+
+
+def _event_json(e: Any) -> dict[str, Any]:
+    import dataclasses
+
+    d = dataclasses.asdict(e)
+    return {k: v for k, v in d.items() if v is not None and v is not False}
+
+
+def _event_line(e: Any) -> str:
+    ts = time.strftime("%H:%M:%S", time.localtime(e.ts))
+    body = e.text or ""
+    if e.kind == "tool_call":
+        body = f"{e.tool} {json.dumps(e.tool_input)[:200] if e.tool_input is not None else ''}"
+    elif e.kind == "usage" and e.usage:
+        body = f"{e.usage.total} tokens" + (f", context {e.context_tokens}" if e.context_tokens else "")
+    elif e.kind == "rate_limit" and e.rate_limit:
+        body = f"{e.rate_limit.status} {e.rate_limit.window or ''}"
+    body = body.replace("\n", " ⏎ ")
+    if len(body) > 400:
+        body = body[:400] + "…"
+    return f"{ts} a{e.attempt} {e.kind:<12} {body}"
+
+
+def cmd_logs(ctx: Ctx) -> int:
+    t = _task_or_fail(ctx, ctx.args.task)
+    store = ctx.store
+    if ctx.args.raw:
+        from fleet_tui.scheduler.launch import attempt_dir
+
+        for n in range(1, t.attempt + 1):
+            p = attempt_dir(ctx.home, t.id, n) / "stdout.jsonl"
+            if p.exists():
+                sys.stdout.buffer.write(p.read_bytes())
+        sys.stdout.flush()
+        return 0
+    after: tuple[int, int] | None = None
+    while True:
+        evs = store.events(t.id, after=after, limit=5000)
+        for e in evs:
+            print(json.dumps(_event_json(e)) if ctx.args.json else _event_line(e), flush=True)
+        if evs:
+            after = (evs[-1].attempt, evs[-1].seq)
+        if not ctx.args.follow:
+            return 0
+        cur = store.get_task(t.id)
+        if not evs and cur is not None and cur.status.value in ("done", "cancelled", "needs_human"):
+            return 0
+        time.sleep(0.2)
+
+
+def cmd_simple(ctx: Ctx) -> int:
+    verb = ctx.args.cmd
+    ref = ctx.args.task
+    if verb in ("pause", "resume") and ctx.args.all:
+        ref = None
+    elif ref is None:
+        raise UserError(f"{verb}: give a TASK (or --all for pause/resume)")
+    c = _controller(ctx)
+    if verb == "merge":
+        from fleet_tui.scheduler.engine import Engine
+        from fleet_tui.scheduler.launch import merge_task
+
+        eng = Engine(ctx.store, ctx.home, ctx.cfg)
+        res = anyio.run(merge_task, eng, ref)
+    else:
+        fn = getattr(c, verb)
+        res = anyio.run(fn, ref)
+    if not res.ok:
+        raise UserError(res.message)
+    print(res.message)
+    return 0
+
+
+def cmd_questions(ctx: Ctx) -> int:
+    qs = ctx.store.pending_questions()
+    names = {t.id: t.name for t in ctx.store.list_tasks()}
+    if ctx.args.json:
+        print(json.dumps([{"id": q.id, "task_id": q.task_id, "task": names.get(q.task_id), "attempt": q.attempt,
+                           "asked_at": q.asked_at, "text": q.text, "options": list(q.options),
+                           "status": q.status} for q in qs], indent=1))
+        return 0
+    if not qs:
+        print("no pending questions")
+    for q in qs:
+        opts = f"  [{' | '.join(q.options)}]" if q.options else ""
+        print(f"{q.id}  {names.get(q.task_id, q.task_id)}: {q.text}{opts}")
+    return 0
+
+
+def cmd_answer(ctx: Ctx) -> int:
+    res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
+    if not res.ok:
+        raise UserError(res.message)
+    print(res.message)
+    return 0
+
+
+def cmd_config(ctx: Ctx) -> int:
+    from fleet_tui.config import ConfigError, get_value, set_value
+
+    try:
+        if ctx.args.action == "get":
+            print(get_value(ctx.config_path, ctx.args.key))
+        else:
+            if ctx.args.value is None:
+                raise UserError("config set KEY VALUE: give a value")
+            ctx.home.mkdir(parents=True, exist_ok=True)
+            set_value(ctx.config_path, ctx.args.key, ctx.args.value)
+            print(f"{ctx.args.key} = {get_value(ctx.config_path, ctx.args.key)}")
+    except ConfigError as e:
+        raise UserError(str(e)) from e
+    return 0
+
+
+def cmd_plan(ctx: Ctx) -> int:
+    eng = _engine(ctx)
+    decisions = anyio.run(eng._plan)
+    if not decisions:
+        print("nothing queued")
+    for t, d in decisions:
+        print(f"{t.name}: {'would start' if d.ok else 'waits: ' + (d.reason or '?')}")
+    return 0
+
+
+def cmd_hosts(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.headroom import format_gib
+
+    now = time.time()
+    hosts = ctx.store.hosts()
+    if not hosts:
+        print("no hosts have run an engine on this store yet")
+    for h in hosts:
+        age = now - h.heartbeat
+        state = "live" if age < 30 else f"silent {_fmt_dur(age)}"
+        mem = format_gib(h.mem_available) if h.mem_available is not None else "?"
+        disk = format_gib(h.disk_free) if h.disk_free is not None else "?"
+        load = f"{h.load:.2f}" if h.load is not None else "?"
+        print(f"{h.name}  {state}  cores {h.cores}  load/core {load}  mem {mem}  disk {disk}  "
+              f"running {h.running}  tags {','.join(h.tags) or '-'}  v{h.version}")
+    return 0
+
+
+def cmd_doctor(ctx: Ctx) -> int:
+    from fleet_tui.coders.base import coder_names, get_coder
+
+    bad = 0
+    for name in coder_names():
+        try:
+            c = get_coder(name)
+            ok, detail = c.available()
+            ver = c.version() if ok and c.program else None
+        except Exception as e:
+            ok, detail, ver = False, str(e), None
+        mark = "ok " if ok else "-- "
+        print(f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}".rstrip())
+    try:
+        st = ctx.store
+        print(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)")
+    except UserError as e:
+        print(f"--  store: {e}")
+        bad += 1
+    print(f"ok  home {ctx.home}")
+    return 1 if bad else 0
+
+
+def cmd_mcp(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.mcp_ask_human import main as mcp_main
+
+    return mcp_main()
+
+
+def cmd_cockpit(ctx: Ctx) -> int:
+    from fleet_tui.app.launch import run_cockpit
+
+    return run_cockpit(ctx, attach=bool(getattr(ctx.args, "attach", False)))
+
+
+def cmd_demo(ctx: Ctx) -> int:
+    from fleet_tui.app.launch import run_demo
+
+    return run_demo(ctx)
+
+
+# -- parser -------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleet-tui", description="Run many coding agents in parallel from one queue.")
+    p.add_argument("--home", help="state folder (default $FLEET_HOME, else ~/.local/state/fleet-tui)")
+    p.add_argument("--store", help="store URL (postgresql://... or sqlite:///path); default: fleet.db in the home")
+    p.add_argument("--attach", action="store_true", help="open the cockpit on a store whose engine runs elsewhere")
+    p.add_argument("--version", action="version", version=f"fleet-tui {__version__}")
+    sub = p.add_subparsers(dest="cmd")
+
+    sub.add_parser("demo", help="the cockpit on sample tasks run by the simulated agent")
+    r = sub.add_parser("run", help="the engine without the UI")
+    r.add_argument("--until-idle", action="store_true")
+    r.add_argument("--max-concurrent", type=int)
+    r.add_argument("--store")
+    r.add_argument("--host-name")
+    r.add_argument("--tag", action="append")
+
+    a = sub.add_parser("add", help="queue one task; prints its id")
+    a.add_argument("prompt")
+    a.add_argument("--name")
+    a.add_argument("--cwd", default=".")
+    a.add_argument("--coder")
+    a.add_argument("--model")
+    a.add_argument("--priority", type=int, default=0)
+    a.add_argument("--command", help="a shell command (the shell coder)")
+    a.add_argument("--after", action="append", default=[], metavar="NAME")
+    a.add_argument("--verify", action="append", default=[], metavar="CMD")
+    a.add_argument("--git-ref")
+    a.add_argument("--max-retries", type=int)
+    a.add_argument("--timeout-min", type=float)
+    a.add_argument("--budget-usd", type=float)
+
+    for name in ("load", "validate"):
+        s = sub.add_parser(name, help=f"{name} a tasks.toml")
+        s.add_argument("file")
+    sub.add_parser("plan", help="the admission decision for every queued task; starts nothing")
+    st = sub.add_parser("status", help="one line per task")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--graph", action="store_true")
+    lg = sub.add_parser("logs", help="a task's events")
+    lg.add_argument("task")
+    lg.add_argument("--follow", "-f", action="store_true")
+    lg.add_argument("--raw", action="store_true")
+    lg.add_argument("--json", action="store_true")
+    for verb in ("kill", "pause", "resume", "retry", "cancel", "merge"):
+        s = sub.add_parser(verb, help=f"{verb} a task")
+        s.add_argument("task", nargs="?")
+        if verb in ("pause", "resume"):
+            s.add_argument("--all", action="store_true", help=f"{verb} the whole fleet")
+    q = sub.add_parser("questions", help="pending questions from agents")
+    q.add_argument("--json", action="store_true")
+    an = sub.add_parser("answer", help="answer a question")
+    an.add_argument("question")
+    an.add_argument("text")
+    c = sub.add_parser("config", help="get or set a config key")
+    c.add_argument("action", choices=["get", "set"])
+    c.add_argument("key")
+    c.add_argument("value", nargs="?")
+    sub.add_parser("hosts", help="machines sharing the store")
+    sub.add_parser("doctor", help="check coders, the store and the home")
+    sub.add_parser("mcp-ask-human", help="the stdio MCP server agents call (started by coders)")
+    return p
+
+
+COMMANDS = {
+    "add": cmd_add, "load": cmd_load, "validate": cmd_validate, "run": cmd_run, "status": cmd_status,
+    "logs": cmd_logs, "kill": cmd_simple, "pause": cmd_simple, "resume": cmd_simple, "retry": cmd_simple,
+    "cancel": cmd_simple, "merge": cmd_simple, "questions": cmd_questions, "answer": cmd_answer,
+    "config": cmd_config, "plan": cmd_plan, "hosts": cmd_hosts, "doctor": cmd_doctor,
+    "mcp-ask-human": cmd_mcp, "demo": cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    ctx = Ctx(args)
+    fn = COMMANDS.get(args.cmd or "", cmd_cockpit)
+    try:
+        return fn(ctx)
+    except UserError as e:
+        print(f"fleet-tui: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

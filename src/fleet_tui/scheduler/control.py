@@ -1,0 +1,268 @@
+"""User commands on tasks that this process does not run: the CLI, an attached cockpit, an engine
+acting on another engine's task.
+
+A task that is not running is changed directly in the store (one fenced transition). A running
+task belongs to the engine that claimed it: the command is queued in the store's ``commands``
+table for that engine, which acts (it holds the agent) and records the result; the caller waits
+for that result. When the owner is gone (its heartbeat stopped) and ran on this machine, the
+controller stops the shim itself so nothing waits on a dead engine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from fleet_tui.scheduler import shim as shimmod
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.states import ACTIVE, PARKED, IllegalTransition, TaskStatus
+from fleet_tui.scheduler.store import Store, StoreError
+
+RUNNING_LIKE = frozenset({TaskStatus.RUNNING, TaskStatus.VERIFYING})
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    heartbeat_s: float = 5.0
+    command_timeout_s: float = 30.0
+
+
+def owner_alive(store: Store, owner: str | None, now: float, stale_s: float) -> bool:
+    """True when the engine ``owner`` heartbeats and (on this host) its process still lives."""
+    if not owner:
+        return False
+    info = store.engine_info(owner)
+    if info is None or info.get("stopped"):
+        return False
+    if info["host"] == socket.gethostname() and not shimmod.alive(int(info["pid"]),
+                                                                   int(info["pid_create_time"])):
+        return False
+    return bool(info["heartbeat"] >= now - stale_s)
+
+
+class Controller:
+    """Store-level commands; the Engine extends it with actions on the agents it runs."""
+
+    def __init__(self, store: Store, *, actor: str = "cli", clock: Callable[[], float] = time.time,
+                 cfg: ControlConfig | None = None) -> None:
+        self.store = store
+        self.actor = actor
+        self.clock = clock
+        self.ccfg = cfg or ControlConfig()
+
+    # -- helpers ------------------------------------------------------------------------------
+    async def _t(self, fn: Callable[..., object], *args: object, **kw: object) -> object:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kw))
+
+    def find(self, ref: str) -> Task | None:
+        return self.store.get_task(ref)
+
+    def _stale_s(self) -> float:
+        return max(3 * self.ccfg.heartbeat_s, 5.0)
+
+    async def _remote(self, task: Task, verb: str, arg: str | None = None) -> CommandResult | None:
+        """Queue ``verb`` for the task's owning engine and wait for its result; None when the owner
+        is not alive (the caller then acts directly)."""
+        now = self.clock()
+        alive = await anyio.to_thread.run_sync(owner_alive, self.store, task.owner, now, self._stale_s())
+        if not alive:
+            return None
+        cid = int(await anyio.to_thread.run_sync(self.store.add_command, task.id, verb, arg, task.owner, now))
+        deadline = time.monotonic() + self.ccfg.command_timeout_s
+        while time.monotonic() < deadline:
+            cmd = await anyio.to_thread.run_sync(self.store.get_command, cid)
+            if cmd is not None and cmd.status != "pending":
+                fresh = await anyio.to_thread.run_sync(self.store.get_task, task.id)
+                return CommandResult(cmd.status == "done", cmd.result or verb, fresh)
+            await anyio.sleep(0.05)
+        return CommandResult(False, f"{verb}: the engine owning {task.name} ({task.owner}) did not answer "
+                             f"within {self.ccfg.command_timeout_s:g}s; is it stuck? `fleet-tui hosts`")
+
+    def _stop_local_shim(self, task: Task) -> None:
+        """Stop the agent of a task whose engine is gone, when its shim runs on this machine."""
+        att = self.store.get_attempt(task.id, task.attempt)
+        if att is None or not att.dir:
+            return
+        info = _read_shim(Path(att.dir))
+        if info and shimmod.alive(int(info["pid"]), info.get("start_ticks")):
+            try:
+                os.kill(int(info["pid"]), signal.SIGTERM)
+            except OSError:
+                pass
+
+    def _move(self, task: Task, dst: TaskStatus, reason: str | None, **fields: object) -> Task | None:
+        return self.store.transition(task.id, dst, reason=reason, now=self.clock(), expect=[task.status],
+                                     actor=self.actor, **fields)
+
+    async def _direct(self, task: Task, dst: TaskStatus, reason: str | None, **fields: object) -> CommandResult:
+        try:
+            new = await anyio.to_thread.run_sync(lambda: self._move(task, dst, reason, **fields))
+        except IllegalTransition as e:
+            return CommandResult(False, f"{task.name} is {task.status.value}: cannot move it to {dst.value} ({e})")
+        except StoreError as e:
+            return CommandResult(False, str(e))
+        if new is None:
+            return CommandResult(False, f"{task.name} changed meanwhile; look again (`fleet-tui status`)")
+        if dst in PARKED:
+            await anyio.to_thread.run_sync(cascade_failure, self.store, new, self.clock(), self.actor)
+        if dst == TaskStatus.QUEUED:
+            await anyio.to_thread.run_sync(cascade_restore, self.store, new, self.clock(), self.actor)
+        return CommandResult(True, f"{task.name}: {dst.value}" + (f" ({reason})" if reason else ""), new)
+
+    async def _get(self, ref: str) -> Task | CommandResult:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is None:
+            return CommandResult(False, f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)")
+        return task
+
+    async def _on_running(self, task: Task, verb: str) -> CommandResult | None:
+        """Route a command on a running task to its engine; when the engine is dead, stop the
+        agent here and return None so the caller changes the store directly."""
+        if task.status in ACTIVE or (task.status == TaskStatus.PAUSED and task.paused_running):
+            res = await self._remote(task, verb)
+            if res is not None:
+                return res
+            await anyio.to_thread.run_sync(self._stop_local_shim, task)
+        return None
+
+    # -- commands -----------------------------------------------------------------------------
+    async def add(self, specs: Sequence[TaskSpec]) -> CommandResult:
+        try:
+            tasks = await anyio.to_thread.run_sync(self.store.add_tasks, list(specs), self.clock())
+        except StoreError as e:
+            return CommandResult(False, str(e))
+        names = ", ".join(t.name for t in tasks)
+        return CommandResult(True, f"queued {len(tasks)}: {names}", tasks[0] if tasks else None)
+
+    async def kill(self, ref: str) -> CommandResult:
+        task = await self._get(ref)
+        if isinstance(task, CommandResult):
+            return task
+        if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN):
+            return CommandResult(False, f"{task.name} is {task.status.value}: nothing to kill")
+        res = await self._on_running(task, "kill")
+        if res is not None:
+            return res
+        return await self._direct(task, TaskStatus.NEEDS_HUMAN, "killed_by_user", paused_running=0)
+
+    async def cancel(self, ref: str) -> CommandResult:
+        task = await self._get(ref)
+        if isinstance(task, CommandResult):
+            return task
+        if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED):
+            return CommandResult(False, f"{task.name} is {task.status.value}: nothing to cancel")
+        res = await self._on_running(task, "cancel")
+        if res is not None:
+            return res
+        return await self._direct(task, TaskStatus.CANCELLED, "cancelled by user", paused_running=0)
+
+    async def retry(self, ref: str) -> CommandResult:
+        task = await self._get(ref)
+        if isinstance(task, CommandResult):
+            return task
+        if task.status == TaskStatus.DONE:
+            return CommandResult(False, f"{task.name} is done; add a new task to redo it")
+        if task.status == TaskStatus.QUEUED:
+            return await self._direct(task, TaskStatus.QUEUED, "retry by user", not_before=None)
+        res = await self._on_running(task, "retry")
+        if res is not None:
+            return res
+        return await self._direct(task, TaskStatus.QUEUED, "retry by user", retries_used=0, false_completions=0,
+                                  handoffs=0, not_before=None, paused_running=0)
+
+    async def pause(self, ref: str | None) -> CommandResult:
+        if ref is None:
+            await anyio.to_thread.run_sync(self.store.set_setting, "fleet_paused", "1")
+            return CommandResult(True, "fleet paused: no new agents start (running ones continue)")
+        task = await self._get(ref)
+        if isinstance(task, CommandResult):
+            return task
+        if task.status == TaskStatus.PAUSED:
+            return CommandResult(False, f"{task.name} is already paused")
+        if task.status == TaskStatus.QUEUED:
+            return await self._direct(task, TaskStatus.PAUSED, "paused by user", paused_running=0)
+        if task.status in ACTIVE:
+            res = await self._remote(task, "pause")
+            if res is not None:
+                return res
+            return CommandResult(False, f"{task.name}'s engine ({task.owner}) is not running; cannot pause its agent")
+        return CommandResult(False, f"{task.name} is {task.status.value}: only queued or running tasks pause")
+
+    async def resume(self, ref: str | None) -> CommandResult:
+        if ref is None:
+            await anyio.to_thread.run_sync(self.store.set_setting, "fleet_paused", None)
+            return CommandResult(True, "fleet resumed")
+        task = await self._get(ref)
+        if isinstance(task, CommandResult):
+            return task
+        if task.status != TaskStatus.PAUSED:
+            return CommandResult(False, f"{task.name} is {task.status.value}, not paused")
+        if task.paused_running:
+            res = await self._remote(task, "resume")
+            if res is not None:
+                return res
+            return await self._direct(task, TaskStatus.QUEUED, "resumed; its engine had stopped", paused_running=0)
+        return await self._direct(task, TaskStatus.QUEUED, "resumed by user")
+
+    async def answer(self, question_id: str, text: str) -> CommandResult:
+        q = await anyio.to_thread.run_sync(self.store.get_question, question_id)
+        if q is None:
+            return CommandResult(False, f"no question {question_id!r} (`fleet-tui questions` lists them)")
+        ok = await anyio.to_thread.run_sync(self.store.answer_question, question_id, text, self.actor,
+                                            self.clock())
+        if not ok:
+            q = await anyio.to_thread.run_sync(self.store.get_question, question_id)
+            state = q.status if q else "gone"
+            return CommandResult(False, f"question {question_id} is already {state}"
+                                 + (f" (answer: {q.answer!r})" if q and q.answer else ""))
+        return CommandResult(True, f"answered {question_id}")
+
+
+def _read_shim(d: Path) -> dict[str, object] | None:
+    from fleet_tui.scheduler.runner import read_json
+
+    return read_json(d / "shim.json")
+
+
+def cascade_failure(store: Store, task: Task, now: float, actor: str | None) -> list[Task]:
+    """Park every dependent of a parked/cancelled task, down the whole chain."""
+    out: list[Task] = []
+    stack = [task]
+    while stack:
+        cur = stack.pop()
+        for dep in store.dependents(cur.id):
+            if dep.status in (TaskStatus.QUEUED, TaskStatus.PAUSED) and not dep.paused_running:
+                new = store.transition(dep.id, TaskStatus.NEEDS_HUMAN, reason=f"dependency_failed:{cur.name}",
+                                       now=now, expect=[dep.status], actor=actor)
+                if new is not None:
+                    out.append(new)
+                    stack.append(new)
+    return out
+
+
+def cascade_restore(store: Store, task: Task, now: float, actor: str | None) -> list[Task]:
+    """Bring back the dependents parked because of this task (retry of a dependency)."""
+    out: list[Task] = []
+    stack = [task]
+    while stack:
+        cur = stack.pop()
+        for dep in store.dependents(cur.id):
+            if dep.status == TaskStatus.NEEDS_HUMAN and (dep.reason or "") == f"dependency_failed:{cur.name}":
+                new = store.transition(dep.id, TaskStatus.QUEUED, reason=f"dependency {cur.name} retried",
+                                       now=now, expect=[TaskStatus.NEEDS_HUMAN], actor=actor)
+                if new is not None:
+                    out.append(new)
+                    stack.append(new)
+    return out
+
+
+def hostname() -> str:
+    return socket.gethostname()

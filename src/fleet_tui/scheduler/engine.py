@@ -1,0 +1,624 @@
+"""The engine: claims tasks, spawns their agents under shims, reaps them and decides what's next.
+
+Pure async (anyio), no UI imports. One ``Engine`` per process; several engines (processes or
+machines) share one store and never run the same attempt twice: claims are fenced, leases are
+heartbeated, and a restarted engine adopts the live shims of its dead predecessor instead of
+starting second agents. It wakes on events (a task added, an agent exited, a command) and polls
+the store cheaply for changes made by other processes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from fleet_tui import __version__
+from fleet_tui.config import Config
+from fleet_tui.scheduler import shim as shimmod
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.bus import Bus
+from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
+from fleet_tui.scheduler.gate import GateConfig, GateInputs, plan
+from fleet_tui.scheduler.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
+from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
+from fleet_tui.scheduler.model import (
+    Attempt,
+    EngineEvent,
+    Event,
+    Gauges,
+    Host,
+    Snapshot,
+    Task,
+    TaskSpec,
+    Transition,
+)
+from fleet_tui.scheduler.outcome import Policy, after_verify, decide
+from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, read_json, write_lease
+from fleet_tui.scheduler.states import ACTIVE, PARKED, TaskStatus
+from fleet_tui.scheduler.store import Store
+from fleet_tui.scheduler.verify import run_verifiers
+
+
+class Running:
+    """What the engine holds for one live attempt."""
+
+    def __init__(self, task: Task, runner: AttemptRunner, attempt_dir: Path, coder: str) -> None:
+        self.task = task
+        self.runner = runner
+        self.dir = attempt_dir
+        self.coder = coder
+        self.done = anyio.Event()
+        self.peak_mem = 0
+
+
+class Engine(Controller):
+    def __init__(self, store: Store, home: Path, config: Config | None = None, *, host: str | None = None,
+                 tags: Sequence[str] = (), clock: Callable[[], float] = time.time,
+                 headroom: Callable[[], Headroom] | None = None, config_path: Path | None = None) -> None:
+        self.cfg = config or Config()
+        self.host = host or hostname()
+        self.owner = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
+        super().__init__(store, actor=self.owner, clock=clock,
+                         cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s))
+        self.home = Path(home)
+        self.tags = tuple(tags) or tuple(self.cfg.host_tags)
+        self.bus = Bus()
+        self.runners: dict[str, Running] = {}
+        self.mem = MemoryModel()
+        self._read_headroom = headroom or (lambda: read_headroom(self.home))
+        self._headroom: Headroom | None = None
+        self._wake = anyio.Event()
+        self._stopping = False
+        self._leave_running = False
+        self._snapshot = Snapshot(taken_at=clock())
+        self._config_path = config_path
+        self._watcher: Any = None
+        self._tg: TaskGroup | None = None
+        self._rl_strikes: dict[str, int] = {}
+        self._started = anyio.Event()
+        self.idle_report: list[tuple[str, str]] = []
+
+    # -- the boundary -------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:  # type: ignore[override]
+        async for batch in self.bus.subscribe():
+            yield batch
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def publish_task(self, task: Task | None) -> None:
+        if task is not None:
+            self.bus.publish([EngineEvent(kind="task", task=task)])
+
+    # -- run ----------------------------------------------------------------------------------
+    async def run(self, until_idle: bool = False) -> None:
+        me = os.getpid()
+        await anyio.to_thread.run_sync(self.store.register_engine, self.owner, self.host, me,
+                                       float(shimmod.proc_start_ticks(me) or 0), self.clock())
+        if self._config_path is not None:
+            from fleet_tui.config import ConfigWatcher
+
+            self._watcher = ConfigWatcher(self._config_path)
+        try:
+            async with anyio.create_task_group() as outer:
+                await self._tick_housekeeping(first=True)
+                outer.start_soon(self._housekeeping_loop)
+                outer.start_soon(self._command_loop)
+                async with anyio.create_task_group() as rtg:
+                    self._tg = rtg
+                    await self._adopt_orphans()
+                    self._started.set()
+                    await self._schedule_loop(until_idle)
+                    if self._leave_running:
+                        await self._hand_over()
+                        rtg.cancel_scope.cancel()
+                    else:
+                        for r in list(self.runners.values()):
+                            r.runner.stop("shutdown")
+                outer.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if self._leave_running or not self._stopping:
+                    await self._hand_over()
+                await anyio.to_thread.run_sync(self.store.unregister_engine, self.owner, self.clock())
+                self.bus.close()
+
+    async def shutdown(self, leave_running: bool) -> None:
+        """Stop scheduling; leave agents running for a later adopter, or stop them all."""
+        self._leave_running = leave_running
+        self._stopping = True
+        self.wake()
+
+    async def _hand_over(self) -> None:
+        """Keep the leases of running agents alive long enough for a later engine to adopt them."""
+        until = self.clock() + getattr(self.cfg, "leave_running_h", 12.0) * 3600 if self._leave_running else None
+        for r in list(self.runners.values()):
+            if until is not None:
+                write_lease(r.dir, until)
+                await anyio.to_thread.run_sync(self.store.extend_lease, r.task.id, self.owner, until)
+
+    async def _schedule_loop(self, until_idle: bool) -> None:
+        marker: Any = None
+        while not self._stopping:
+            self._wake = anyio.Event()
+            started = await self._admit()
+            if until_idle and not self.runners and not started:
+                if await self._nothing_startable():
+                    return
+            if started:
+                continue
+            with anyio.move_on_after(0.05):
+                await self._wake.wait()
+            fn = getattr(self.store, "change_marker", None)
+            if fn is not None:
+                new = await anyio.to_thread.run_sync(fn)
+                if new == marker and not self._wake.is_set():
+                    # nothing changed elsewhere: sleep longer, still woken by local events
+                    with anyio.move_on_after(0.2):
+                        await self._wake.wait()
+                marker = new
+        # stopping: wait for runners to finish when they were told to stop
+        if not self._leave_running:
+            for r in list(self.runners.values()):
+                r.runner.stop("shutdown")
+            while self.runners:
+                await next(iter(self.runners.values())).done.wait()
+
+    async def _nothing_startable(self) -> bool:
+        decisions = await self._plan()
+        self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
+        return not any(d.ok for _, d in decisions)
+
+    def gate_config(self) -> GateConfig:
+        c = self.cfg
+        return GateConfig(max_concurrent=c.max_concurrent, rate_limit_threshold=c.rate_limit_threshold,
+                          max_load_per_core=c.max_load_per_core, mem_floor_bytes=int(c.mem_floor_gib * GIB),
+                          disk_floor_bytes=int(c.disk_floor_gib * GIB), budget_usd_daily=c.budget_usd_daily)
+
+    async def _plan(self) -> list[tuple[Task, Any]]:
+        def work() -> list[tuple[Task, Any]]:
+            now = self.clock()
+            tasks = self.store.list_tasks()
+            by_id = {t.id: t for t in tasks}
+            held: dict[str, str] = {}
+            for t in tasks:
+                if t.status != TaskStatus.QUEUED or not t.spec.depends_on:
+                    continue
+                waiting = [d.name for d in self.store.dependencies(t.id) if by_id.get(d.id, d).status
+                           != TaskStatus.DONE]
+                if waiting:
+                    held[t.id] = "after " + ", ".join(waiting)
+            inp = GateInputs(paused=self.store.get_setting("fleet_paused") == "1", running=len(self.runners),
+                             headroom=self._headroom or read_headroom(self.home), now=now,
+                             rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
+                             host_tags=self.tags, spent_today=self.store.spent_since(_midnight(now)))
+            return plan(tasks, self.gate_config(), inp, self.mem, default_coder=self.cfg.default_coder,
+                        held=held)
+
+        return await anyio.to_thread.run_sync(work)
+
+    async def _admit(self) -> bool:
+        if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
+            return False
+        decisions = await self._plan()
+        await anyio.to_thread.run_sync(self.store.set_waiting,
+                                       {t.id: (None if d.ok else d.reason) for t, d in decisions})
+        started = False
+        for t, d in decisions:
+            if not d.ok or len(self.runners) >= self.cfg.max_concurrent or self._stopping:
+                continue
+            now = self.clock()
+            task = await anyio.to_thread.run_sync(
+                lambda t=t, now=now: self.store.claim(self.owner, self.host, self.tags, now, self.cfg.lease_s,
+                                                      self.cfg.default_coder, self.cfg.default_model,
+                                                      only_task=t.id))
+            if task is None:
+                continue  # another engine took it, or it changed
+            started = True
+            await self._start(task)
+        return started
+
+    # -- one attempt --------------------------------------------------------------------------
+    async def _start(self, task: Task) -> None:
+        self.publish_task(task)
+        try:
+            launch = await anyio.to_thread.run_sync(lambda: prepare_attempt(self, task))
+        except LaunchError as e:
+            new = await anyio.to_thread.run_sync(lambda: self.store.transition(
+                task.id, TaskStatus.NEEDS_HUMAN, reason=f"never_started: {e}", now=self.clock(),
+                owner=self.owner, attempt=task.attempt))
+            self.publish_task(new)
+            if new is not None:
+                await self._cascade(new)
+            return
+        assert self._tg is not None
+        self._launch_runner(task, launch)
+
+    def _launch_runner(self, task: Task, launch: Launch, adopted: bool = False) -> None:
+        limits = RunLimits(
+            max_line_bytes=self.cfg.max_line_bytes,
+            stall_s=(task.spec.stall_min or self.cfg.stall_min) * 60,
+            timeout_s=(task.spec.timeout_min or self.cfg.timeout_min) * 60,
+            context_share=self.cfg.context_handoff_share,
+            budget_usd=task.spec.budget_usd,
+            grace_s=self.cfg.kill_grace_s,
+        )
+        tid, n = task.id, task.attempt
+
+        async def sink(events: list[Event], offset: int) -> None:
+            await self._sink(tid, n, events, offset)
+
+        runner = AttemptRunner(task_id=tid, attempt=n, attempt_dir=launch.dir, coder=launch.coder,
+                               limits=limits, offset=launch.offset, next_seq=launch.next_seq,
+                               popen=launch.popen, shim_pid=launch.shim_pid, shim_ticks=launch.shim_ticks,
+                               sink=sink, clock=self.clock, started_at=launch.started_at,
+                               is_asking=lambda: self._asking(tid))
+        if task.status == TaskStatus.PAUSED:
+            runner.paused = True
+        running = Running(task, runner, launch.dir, launch.coder_name)
+        self.runners[tid] = running
+        assert self._tg is not None
+        self._tg.start_soon(self._supervise, running, launch)
+
+    def _asking(self, task_id: str) -> bool:
+        t = next((t for t in self._snapshot.tasks if t.id == task_id), None)
+        return bool(t and t.asking)
+
+    async def _sink(self, tid: str, n: int, events: list[Event], offset: int) -> None:
+        if events or offset:
+            await anyio.to_thread.run_sync(lambda: self.store.append_events(events, offset=(tid, n, offset)))
+        if events:
+            self.bus.publish([EngineEvent(kind="event", event=e) for e in events])
+        r = self.runners.get(tid)
+        if r is None:
+            return
+        for e in events:
+            if e.rate_limit is not None:
+                rl = replace(e.rate_limit, observed_at=e.rate_limit.observed_at or self.clock())
+                blocked = rl.resets_at if rl.status == "rejected" and rl.resets_at else None
+                await anyio.to_thread.run_sync(self.store.put_rate_limit, rl, blocked)
+        ru = r.runner
+        changes: dict[str, Any] = {}
+        if ru.tokens != r.task.tokens:
+            changes["tokens"] = ru.tokens
+        if ru.cost_usd is not None and ru.cost_usd != r.task.cost_usd:
+            changes["cost_usd"] = ru.cost_usd
+        if ru.context_tokens != r.task.context_tokens and ru.context_tokens is not None:
+            changes["context_tokens"] = ru.context_tokens
+        if ru.context_window != r.task.context_window and ru.context_window is not None:
+            changes["context_window"] = ru.context_window
+        if changes:
+            new = await anyio.to_thread.run_sync(
+                lambda: self.store.update_task(tid, owner=self.owner, attempt=n, **changes))
+            if new is None:
+                ru.stop("lease_lost", "another engine owns this task now")
+            else:
+                r.task = new
+                self.publish_task(new)
+
+    async def _supervise(self, r: Running, launch: Launch) -> None:
+        task = r.task
+        try:
+            result = await r.runner.run()
+            await self._finish(r, result)
+        finally:
+            self.runners.pop(task.id, None)
+            r.done.set()
+            self.wake()
+
+    async def _finish(self, r: Running, res: AttemptResult) -> None:
+        task = r.task
+        now = self.clock()
+        fresh = await anyio.to_thread.run_sync(self.store.get_task, task.id)
+        if fresh is None or fresh.owner != self.owner or fresh.attempt != task.attempt:
+            return  # the claim was lost: someone else owns it now
+        task = fresh
+        if r.peak_mem:
+            self.mem.record(r.coder, r.peak_mem)
+        v = decide(task, res, self.policy(), now, self._rl_strikes.get(r.coder, 0))
+        att_fields: dict[str, Any] = {"ended_at": now, "exit_code": res.exit_code, "outcome": v.outcome,
+                                      "detail": res.stop_detail or res.outcome.detail,
+                                      "cost_usd": res.cost_usd or 0.0, "tokens": res.tokens}
+        if v.block_account_until:
+            self._rl_strikes[r.coder] = self._rl_strikes.get(r.coder, 0) + 1
+        elif v.outcome == "success":
+            self._rl_strikes.pop(r.coder, None)
+        verify_out = None
+        if v.verify:
+            moved = await anyio.to_thread.run_sync(lambda: self.store.transition(
+                task.id, TaskStatus.VERIFYING, reason=None, now=self.clock(), owner=self.owner,
+                attempt=task.attempt))
+            if moved is None:
+                return
+            self.publish_task(moved)
+            workdir = Path(task.workdir or task.spec.cwd)
+            vr = await anyio.to_thread.run_sync(lambda: run_verifiers(task.spec.verify, workdir))
+            verify_out = vr.output or None
+            if vr.output:
+                await self._sink(task.id, task.attempt, [Event(
+                    task_id=task.id, attempt=task.attempt, seq=r.runner.normalizer_seq(), ts=self.clock(),
+                    kind="verify", text=vr.output, is_error=not vr.passed)], r.runner.offset)
+            v = after_verify(moved, vr.passed, vr.label, res.outcome.claimed_success or res.exit_code == 0,
+                             self.policy(), self.clock())
+            task = moved
+            att_fields["outcome"] = v.outcome
+            att_fields["verify_output"] = verify_out
+        await anyio.to_thread.run_sync(lambda: self.store.update_attempt(task.id, task.attempt, **att_fields))
+        if v.status is None:
+            return
+        fields: dict[str, Any] = {"paused_running": 0}
+        if v.use_retry:
+            fields["retries_used"] = task.retries_used + 1
+        if v.handoff:
+            fields["handoffs"] = task.handoffs + 1
+        if v.false_completion:
+            fields["false_completions"] = task.false_completions + 1
+        if v.not_before is not None:
+            fields["not_before"] = v.not_before
+        if res.outcome.result_text or res.last_text:
+            fields["result_text"] = res.outcome.result_text or res.last_text
+        if res.cost_usd is not None:
+            fields["cost_usd"] = (task.cost_usd if task.attempt_started_at else 0.0) or res.cost_usd
+        new = await anyio.to_thread.run_sync(lambda: self.store.transition(
+            task.id, v.status, reason=v.reason, now=self.clock(), owner=self.owner, attempt=task.attempt,
+            **fields))
+        if v.block_account_until:
+            from fleet_tui.scheduler.model import RateLimit
+
+            await anyio.to_thread.run_sync(self.store.put_rate_limit, RateLimit(
+                account=r.coder, status="rejected", resets_at=v.block_account_until, observed_at=self.clock()),
+                v.block_account_until)
+        await anyio.to_thread.run_sync(self.store.close_questions, task.id, "cancelled", self.clock())
+        self.publish_task(new)
+        if new is not None:
+            await self._cascade(new)
+            if new.status == TaskStatus.DONE:
+                await self._after_done(new)
+
+    async def _after_done(self, task: Task) -> None:
+        """Hook for finished tasks (worktree cleanup, auto-merge)."""
+        from fleet_tui.scheduler.launch import after_done
+
+        await anyio.to_thread.run_sync(lambda: after_done(self, task))
+
+    async def _cascade(self, task: Task) -> None:
+        from fleet_tui.scheduler.control import cascade_failure
+
+        if task.status in PARKED:
+            for t in await anyio.to_thread.run_sync(cascade_failure, self.store, task, self.clock(), self.owner):
+                self.publish_task(t)
+
+    def policy(self) -> Policy:
+        return Policy(max_retries=self.cfg.max_retries, retry_backoff_s=tuple(self.cfg.retry_backoff_s),
+                      max_handoffs=self.cfg.max_handoffs)
+
+    # -- housekeeping: heartbeat, leases, headroom, config, snapshot ---------------------------
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await anyio.sleep(1.0)
+            await self._tick_housekeeping()
+
+    async def _tick_housekeeping(self, first: bool = False) -> None:
+        now = self.clock()
+        self._hk_n = getattr(self, "_hk_n", 0) + 1
+        if self._watcher is not None and not first:
+            new_cfg, err = await anyio.to_thread.run_sync(self._watcher.poll)
+            if new_cfg is not None:
+                self.cfg = new_cfg
+                self.bus.publish([EngineEvent(kind="notice", text="config reloaded")])
+                self.wake()
+            elif err:
+                self.bus.publish([EngineEvent(kind="notice", text=f"config not reloaded: {err}")])
+        if first or self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0:
+            owned = await anyio.to_thread.run_sync(self.store.heartbeat, self.owner, now, self.cfg.lease_s)
+            _ = owned
+            for r in list(self.runners.values()):
+                write_lease(r.dir, now + self.cfg.lease_s / 2)
+            if not first:
+                await self._adopt_orphans()
+        self._headroom = await anyio.to_thread.run_sync(self._read_headroom)
+        for r in list(self.runners.values()):
+            pid = r.runner.shim_pid
+            if pid:
+                m = await anyio.to_thread.run_sync(lambda pid=pid: tree_memory(pid, include_root=False))
+                if m:
+                    r.peak_mem = max(r.peak_mem, m)
+        await self._refresh_snapshot()
+        if self._hk_n % 60 == 0:
+            await anyio.to_thread.run_sync(self.store.maintenance)
+
+    async def _refresh_snapshot(self) -> None:
+        def work() -> Snapshot:
+            now = self.clock()
+            h = self._headroom
+            host = Host(name=self.host, heartbeat=now, cores=h.cores if h else 0,
+                        load=h.load_per_core if h else None, mem_available=h.mem_available if h else None,
+                        disk_free=h.disk_free if h else None, running=len(self.runners), tags=self.tags,
+                        version=__version__)
+            self.store.upsert_host(host)
+            tasks = tuple(self.store.list_tasks())
+            rls = tuple(rl for rl, _ in self.store.rate_limits())
+            hosts = tuple(self.store.hosts())
+            g = Gauges(running=sum(1 for t in tasks if t.status in ACTIVE), max_concurrent=self.cfg.max_concurrent,
+                       paused=self.store.get_setting("fleet_paused") == "1",
+                       load_per_core=h.load_per_core if h else None, mem_available=h.mem_available if h else None,
+                       mem_floor=int(self.cfg.mem_floor_gib * GIB), disk_free=h.disk_free if h else None,
+                       rate_limits=rls, hosts=len(hosts), budget_usd=self.cfg.budget_usd_daily,
+                       budget_spent_usd=self.store.spent_since(_midnight(now)))
+            return Snapshot(taken_at=now, tasks=tasks, questions=tuple(self.store.pending_questions()),
+                            hosts=hosts, gauges=g)
+
+        old = {t.id: t for t in self._snapshot.tasks}
+        snap = await anyio.to_thread.run_sync(work)
+        self._snapshot = snap
+        changed = [EngineEvent(kind="task", task=t) for t in snap.tasks if old.get(t.id) != t]
+        oldq = {q.id for q in getattr(self, "_last_questions", ())}
+        newq = [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
+        self._last_questions = snap.questions
+        self.bus.publish([*changed, *newq, EngineEvent(kind="gauges", gauges=snap.gauges)])
+
+    # -- commands -----------------------------------------------------------------------------
+    async def _command_loop(self) -> None:
+        while True:
+            cmds = await anyio.to_thread.run_sync(self.store.pending_commands, self.owner)
+            for c in cmds:
+                res = await self._local_command(c.verb, c.task_id or "")
+                await anyio.to_thread.run_sync(self.store.finish_command, c.id, "done" if res.ok else "failed",
+                                               res.message)
+            await anyio.sleep(0.1)
+
+    async def _local_command(self, verb: str, tid: str) -> CommandResult:
+        r = self.runners.get(tid)
+        if r is None:
+            task = await anyio.to_thread.run_sync(self.store.get_task, tid)
+            return CommandResult(False, f"{task.name if task else tid} is not running here")
+        name = r.task.name
+        if verb in ("kill", "cancel", "retry"):
+            reason = {"kill": "killed_by_user", "cancel": "cancelled", "retry": "retry_by_user"}[verb]
+            r.runner.stop(reason)
+            with anyio.move_on_after(self.cfg.kill_grace_s + 10):
+                await r.done.wait()
+            new = await anyio.to_thread.run_sync(self.store.get_task, tid)
+            state = new.status.value if new else "gone"
+            return CommandResult(r.done.is_set(), f"{name}: {verb} -> {state}", new)
+        if verb == "pause":
+            if not r.runner.signal_agent(signal.SIGSTOP):
+                return CommandResult(False, f"{name}: its agent is not running")
+            new = await anyio.to_thread.run_sync(lambda: self.store.transition(
+                tid, TaskStatus.PAUSED, reason="paused by user", now=self.clock(), owner=self.owner,
+                attempt=r.task.attempt, paused_running=1))
+            if new:
+                r.task = new
+            self.publish_task(new)
+            return CommandResult(new is not None, f"{name}: paused (agent stopped with SIGSTOP)", new)
+        if verb == "resume":
+            r.runner.signal_agent(signal.SIGCONT)
+            new = await anyio.to_thread.run_sync(lambda: self.store.transition(
+                tid, TaskStatus.RUNNING, reason="resumed by user", now=self.clock(), owner=self.owner,
+                attempt=r.task.attempt, paused_running=0))
+            if new:
+                r.task = new
+            self.publish_task(new)
+            return CommandResult(new is not None, f"{name}: resumed", new)
+        return CommandResult(False, f"unknown command {verb!r}")
+
+    async def _routed(self, ref: str, verb: str, fallback: Callable[[str], Any]) -> CommandResult:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is not None and task.id in self.runners:
+            res = await self._local_command(verb, task.id)
+        else:
+            res = await fallback(ref)
+        self.publish_task(res.task)
+        self.wake()
+        return res
+
+    async def kill(self, ref: str) -> CommandResult:
+        return await self._routed(ref, "kill", super().kill)
+
+    async def cancel(self, ref: str) -> CommandResult:
+        return await self._routed(ref, "cancel", super().cancel)
+
+    async def retry(self, ref: str) -> CommandResult:
+        return await self._routed(ref, "retry", super().retry)
+
+    async def pause(self, ref: str | None) -> CommandResult:
+        if ref is None:
+            res = await super().pause(None)
+            await self._refresh_snapshot()
+            return res
+        return await self._routed(ref, "pause", super().pause)
+
+    async def resume(self, ref: str | None) -> CommandResult:
+        if ref is None:
+            res = await super().resume(None)
+            self.wake()
+            await self._refresh_snapshot()
+            return res
+        return await self._routed(ref, "resume", super().resume)
+
+    async def add(self, specs: Sequence[TaskSpec]) -> CommandResult:
+        res = await super().add(specs)
+        self.wake()
+        return res
+
+    async def answer(self, question_id: str, text: str) -> CommandResult:
+        res = await super().answer(question_id, text)
+        await self._refresh_snapshot()
+        return res
+
+    async def merge(self, ref: str) -> CommandResult:
+        from fleet_tui.scheduler.launch import merge_task
+
+        res = await merge_task(self, ref)
+        self.publish_task(res.task)
+        return res
+
+    async def set_config(self, key: str, value: str) -> CommandResult:
+        from fleet_tui.config import ConfigError, load_config, set_value
+
+        if self._config_path is None:
+            return CommandResult(False, "this engine has no config file")
+        try:
+            await anyio.to_thread.run_sync(set_value, self._config_path, key, value)
+            self.cfg = await anyio.to_thread.run_sync(load_config, self._config_path)
+        except ConfigError as e:
+            return CommandResult(False, str(e))
+        self.wake()
+        return CommandResult(True, f"{key} = {value}")
+
+    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is None:
+            return []
+        if attempt is None:
+            return await anyio.to_thread.run_sync(self.store.last_events, task.id, limit)
+        return await anyio.to_thread.run_sync(lambda: self.store.events(task.id, attempt, limit=limit))
+
+    async def attempts(self, ref: str) -> list[Attempt]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return [] if task is None else await anyio.to_thread.run_sync(self.store.attempts, task.id)
+
+    async def transitions(self, ref: str) -> list[Transition]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
+
+    async def diff(self, ref: str) -> str:
+        from fleet_tui.scheduler.launch import task_diff
+
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is None:
+            return f"no task {ref!r}"
+        return await anyio.to_thread.run_sync(task_diff, self.home, task)
+
+    # -- adoption -----------------------------------------------------------------------------
+    async def _adopt_orphans(self) -> None:
+        from fleet_tui.scheduler.launch import adopt
+
+        now = self.clock()
+        orphans = await anyio.to_thread.run_sync(self.store.orphaned_tasks, now, 0.0)
+        for t in orphans:
+            if t.owner == self.owner or t.id in self.runners:
+                continue
+            await adopt(self, t)
+
+
+def _midnight(now: float) -> float:
+    lt = time.localtime(now)
+    return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def python() -> str:
+    return sys.executable

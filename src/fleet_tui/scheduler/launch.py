@@ -1,0 +1,315 @@
+"""Starting, adopting and finishing attempts: the blocking side of the engine (runs in threads).
+
+Here a claimed task becomes a running agent: its coder is resolved (a missing program parks the
+task as ``never_started`` instead of looping), its working directory is prepared (a git worktree
+on ``fleet/<name>`` when the task has a ``git_ref``), its prompt is built, the coder writes its
+per-run config, and the shim is started. Adoption (a restarted engine taking over the live shims
+of a dead one) and the after-work (WIP commit, worktree removal, merge) live here too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
+from fleet_tui.scheduler import shim as shimmod
+from fleet_tui.scheduler import worktree as wt
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.model import Attempt, Task
+from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
+from fleet_tui.scheduler.runner import read_json, spawn_shim
+from fleet_tui.scheduler.states import TaskStatus
+
+if TYPE_CHECKING:
+    from fleet_tui.scheduler.engine import Engine
+
+EXCLUDE_PATTERNS = (".fleet-tui/",)
+
+
+class LaunchError(RuntimeError):
+    """The attempt cannot start; the message is the ``never_started`` reason."""
+
+
+@dataclass
+class Launch:
+    dir: Path
+    coder: Coder
+    coder_name: str
+    popen: subprocess.Popen[bytes] | None
+    shim_pid: int | None
+    shim_ticks: int | None
+    offset: int = 0
+    next_seq: int = 0
+    started_at: float | None = None
+
+
+def task_dir(home: Path, task_id: str) -> Path:
+    return home / "tasks" / task_id
+
+
+def attempt_dir(home: Path, task_id: str, n: int) -> Path:
+    return task_dir(home, task_id) / "attempts" / str(n)
+
+
+def load_worktree(home: Path, task_id: str) -> wt.WorktreeInfo | None:
+    data = read_json(task_dir(home, task_id) / "worktree.json")
+    if not data:
+        return None
+    return wt.WorktreeInfo(repo_root=Path(data["repo_root"]), path=Path(data["path"]), branch=data["branch"],
+                           base_ref=data["base_ref"], base_commit=data["base_commit"])
+
+
+def save_worktree(home: Path, task_id: str, info: wt.WorktreeInfo) -> None:
+    d = task_dir(home, task_id)
+    d.mkdir(parents=True, exist_ok=True)
+    data = {k: str(v) for k, v in asdict(info).items()}
+    (d / "worktree.json").write_text(json.dumps(data, indent=1))
+
+
+def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
+    cwd = Path(task.spec.cwd).expanduser()
+    if not cwd.is_dir():
+        raise LaunchError(f"cwd {cwd} does not exist (fix the task's cwd, then retry)")
+    if not task.spec.git_ref:
+        return cwd, None
+    info = load_worktree(engine.home, task.id)
+    if info is None or not info.path.exists():
+        repo = wt.find_repo(cwd)
+        if repo is None:
+            raise LaunchError(f"git_ref {task.spec.git_ref!r} given but {cwd} is not in a git repository")
+        try:
+            wt.ensure_exclude(repo, EXCLUDE_PATTERNS)
+            info = wt.create_worktree(repo, engine.home / "worktrees", task.name, task.spec.git_ref)
+        except wt.WorktreeError as e:
+            raise LaunchError(f"worktree: {e}") from e
+        save_worktree(engine.home, task.id, info)
+        setup = task.spec.setup or engine.cfg.worktree_setup
+        if setup:
+            res = wt.run_setup(info, setup, timeout_s=600)
+            if not res.ok:
+                raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
+    pf = wt.preflight(info)
+    if not pf.ok:
+        raise LaunchError(f"preflight: {pf.reason}")
+    engine.store.update_task(task.id, owner=engine.owner, attempt=task.attempt, worktree=str(info.path),
+                             branch=info.branch)
+    return info.path, info.branch
+
+
+def _handoff_summary(engine: Engine, task: Task, workdir: Path) -> str:
+    events = engine.store.last_events(task.id, 400)
+    lines: list[str] = []
+    for e in events:
+        if e.attempt != task.attempt - 1:
+            continue
+        if e.kind == "tool_call":
+            lines.append(f"- called {e.tool}: {json.dumps(e.tool_input)[:200]}")
+        elif e.kind in ("text", "result") and e.text:
+            lines.append(f"- said: {e.text[:300]}")
+    info = load_worktree(engine.home, task.id)
+    stat = ""
+    if info is not None:
+        try:
+            stat = wt.diffstat(info)
+        except Exception:
+            stat = ""
+    summary = "The previous session ran out of context. What it did, most recent last:\n" + "\n".join(lines[-40:])
+    if stat:
+        summary += f"\n\nChanges so far (diffstat against the base):\n{stat}"
+    return summary + "\n\nContinue the task from where it stopped; do not redo finished work."
+
+
+def prepare_attempt(engine: Engine, task: Task) -> Launch:
+    """Everything needed to start the attempt, then the shim (blocking; runs in a thread)."""
+    name = task.coder or engine.cfg.default_coder
+    try:
+        coder = get_coder(name)
+    except CoderNotFound as e:
+        raise LaunchError(str(e)) from e
+    ok, detail = coder.available()
+    if not ok:
+        raise LaunchError(detail)
+    workdir, branch = _workdir(engine, task)
+    store = engine.store
+    prev = store.get_attempt(task.id, task.attempt - 1) if task.attempt > 1 else None
+    deps = [DependencyResult(d.name, d.result_text, d.branch) for d in store.dependencies(task.id)]
+    retry_reason = retry_output = None
+    crashed = False
+    handoff = None
+    if prev is not None:
+        if prev.outcome in ("failure", "verify_failed", "stalled"):
+            retry_reason = f"{prev.outcome}: {prev.detail}" if prev.detail else prev.outcome
+            retry_output = prev.verify_output or _tail_text(store, task.id, prev.n)
+        elif prev.outcome in ("crashed", None):
+            crashed = True
+        elif prev.outcome == "context_pressure":
+            handoff = _handoff_summary(engine, task, workdir)
+    prompt = build_prompt(PromptContext(task=task, attempt=task.attempt, workdir=str(workdir), branch=branch,
+                                        dependencies=deps, retry_reason=retry_reason, retry_output=retry_output,
+                                        crashed=crashed, handoff=handoff))
+    adir = attempt_dir(engine.home, task.id, task.attempt)
+    adir.mkdir(parents=True, exist_ok=True)
+    (adir / "prompt.txt").write_text(prompt)
+    store_url = getattr(store, "url", "")
+    mcp_env = {"FLEET_HOME": str(engine.home), "FLEET_STORE": store_url, "FLEET_TASK_ID": task.id,
+               "FLEET_ATTEMPT": str(task.attempt),
+               "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60)}
+    ctx = AttemptContext(task=task, attempt=task.attempt, prompt=prompt, workdir=workdir, attempt_dir=adir,
+                         home=engine.home, model=task.model,
+                         mcp_command=(sys.executable, "-m", "fleet_tui", "mcp-ask-human"), mcp_env=mcp_env)
+    try:
+        coder.prepare(ctx)
+        argv = coder.argv(ctx)
+        extra = coder.env(ctx)
+        stdin = coder.stdin(ctx)
+    except (ValueError, OSError) as e:
+        raise LaunchError(f"{name}: {e}") from e
+    env = dict(os.environ)
+    for k in ("FLEET_PROMPT",):
+        env.pop(k, None)
+    env.update({"PWD": str(workdir), "FLEET_TASK_ID": task.id, "FLEET_TASK_NAME": task.name,
+                "FLEET_ATTEMPT": str(task.attempt), "FLEET_WORKDIR": str(workdir)})
+    env.update(dict(task.spec.env))
+    env.update(extra)
+    now = engine.clock()
+    store.put_attempt(Attempt(task_id=task.id, n=task.attempt, owner=engine.owner, dir=str(adir), started_at=now,
+                              prompt=prompt))
+    store.update_task(task.id, owner=engine.owner, attempt=task.attempt, workdir=str(workdir))
+    try:
+        popen = spawn_shim(adir, workdir, argv, env, stdin, engine.cfg.kill_grace_s,
+                           now + engine.cfg.lease_s / 2)
+    except OSError as e:
+        raise LaunchError(f"could not start the shim: {e}") from e
+    ticks = shimmod.proc_start_ticks(popen.pid)
+    store.update_attempt(task.id, task.attempt, shim_pid=popen.pid, shim_create_time=float(ticks or 0))
+    return Launch(dir=adir, coder=coder, coder_name=name, popen=popen, shim_pid=popen.pid, shim_ticks=ticks,
+                  started_at=now)
+
+
+def _tail_text(store: Any, task_id: str, n: int) -> str:
+    evs = store.events(task_id, n)
+    texts = [e.text for e in evs if e.text and e.kind in ("error", "result", "stderr", "text")]
+    return "\n".join(texts[-20:])
+
+
+async def adopt(engine: Engine, t: Task) -> None:
+    """Take over a task whose engine is gone: adopt its live shim, reap a finished one, or requeue
+    a crashed one with a prompt that says to assess the worktree first."""
+    from fleet_tui.scheduler.control import owner_alive
+
+    now = engine.clock()
+    store = engine.store
+    stale_s = max(3 * engine.cfg.heartbeat_s, 5.0)
+    same_host = t.host == engine.host
+    alive = await anyio.to_thread.run_sync(owner_alive, store, t.owner, now, stale_s)
+    if alive:
+        return
+    att = await anyio.to_thread.run_sync(store.get_attempt, t.id, t.attempt)
+    info = read_json(Path(att.dir) / "shim.json") if att and att.dir else None
+    if same_host and att is not None and info is not None:
+        new = await anyio.to_thread.run_sync(lambda: store.take_over(
+            t.id, t.owner, t.attempt, engine.owner, engine.host, now, engine.cfg.lease_s, False))
+        if new is None:
+            return
+        pid, ticks = int(info["pid"]), info.get("start_ticks")
+        adir = Path(att.dir)
+        shim_alive = shimmod.alive(pid, ticks)
+        if shim_alive or (adir / "exit.json").exists():
+            from fleet_tui.scheduler.runner import write_lease
+
+            if shim_alive:
+                write_lease(adir, now + engine.cfg.lease_s / 2)
+            try:
+                coder = get_coder(new.coder or engine.cfg.default_coder)
+            except CoderNotFound:
+                coder = get_coder("shell")
+            launch = Launch(dir=adir, coder=coder, coder_name=new.coder or "", popen=None, shim_pid=pid,
+                            shim_ticks=ticks, offset=att.stdout_offset, next_seq=att.next_seq,
+                            started_at=att.started_at)
+            engine.publish_task(new)
+            engine._launch_runner(new, launch, adopted=True)
+            return
+        t = new
+    elif not same_host or att is None or info is None:
+        # a remote (or never-started) attempt: reclaim only once its lease expired
+        new = await anyio.to_thread.run_sync(lambda: store.take_over(
+            t.id, t.owner, t.attempt, engine.owner, engine.host, now, engine.cfg.lease_s,
+            not same_host))
+        if new is None:
+            return
+        t = new
+    await anyio.to_thread.run_sync(lambda: store.update_attempt(t.id, t.attempt, outcome="crashed",
+                                                                ended_at=now, detail="supervisor lost it"))
+    dst = TaskStatus.QUEUED
+    new2 = await anyio.to_thread.run_sync(lambda: store.transition(
+        t.id, dst, reason="resumed: the attempt crashed", now=now, owner=engine.owner, attempt=t.attempt,
+        paused_running=0))
+    engine.publish_task(new2)
+    engine.wake()
+
+
+def after_done(engine: Engine, task: Task) -> None:
+    """WIP-commit and remove the clean worktree of a finished task; auto-merge when asked."""
+    info = load_worktree(engine.home, task.id)
+    if info is None or not info.path.exists():
+        return
+    wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
+    if task.spec.merge == "auto":
+        _merge_sync(engine, task, info)
+
+
+def commit_leftovers(engine: Engine, task: Task) -> str | None:
+    info = load_worktree(engine.home, task.id)
+    if info is None or not info.path.exists():
+        return None
+    return wt.wip_commit(info.path, f"fleet-tui: WIP of {task.name} (attempt {task.attempt}, uncommitted work)")
+
+
+def _merge_sync(engine: Engine, task: Task, info: wt.WorktreeInfo) -> CommandResult:
+    wt.wip_commit(info.path, f"fleet-tui: work of {task.name}") if info.path.exists() else None
+    res = wt.merge(info, message=f"Merge {info.branch} (fleet-tui task {task.name})")
+    now = engine.clock()
+    if not res.ok:
+        if res.conflicts:
+            new = engine.store.transition(task.id, TaskStatus.NEEDS_HUMAN,
+                                          reason="merge_conflict: " + ", ".join(res.conflicts), now=now,
+                                          expect=[TaskStatus.DONE], actor=engine.actor)
+            return CommandResult(False, f"{task.name}: merge conflict in {', '.join(res.conflicts)}", new)
+        return CommandResult(False, f"{task.name}: {res.message}", task)
+    new = engine.store.transition(task.id, TaskStatus.DONE, reason=f"merged {res.commit}", now=now,
+                                  expect=[TaskStatus.DONE, TaskStatus.NEEDS_HUMAN], actor=engine.actor,
+                                  merged_commit=res.commit)
+    if not engine.cfg.keep_worktrees and info.path.exists():
+        wt.remove_worktree(info)
+    return CommandResult(True, f"{task.name}: merged into {info.base_ref} ({(res.commit or '')[:10]})", new)
+
+
+async def merge_task(engine: Any, ref: str) -> CommandResult:
+    task = await anyio.to_thread.run_sync(engine.store.get_task, ref)
+    if task is None:
+        return CommandResult(False, f"no task {ref!r}")
+    if task.status != TaskStatus.DONE and not (task.status == TaskStatus.NEEDS_HUMAN
+                                               and (task.reason or "").startswith("merge_conflict")):
+        return CommandResult(False, f"{task.name} is {task.status.value}: only done tasks merge")
+    info = load_worktree(engine.home, task.id)
+    if info is None:
+        return CommandResult(False, f"{task.name} ran without git_ref (in place): there is no branch to merge")
+    return await anyio.to_thread.run_sync(lambda: _merge_sync(engine, task, info))
+
+
+def task_diff(home: Path, task: Task) -> str:
+    info = load_worktree(home, task.id)
+    if info is None:
+        return f"{task.name} runs in place (no git_ref): no branch to diff"
+    try:
+        return wt.diff(info, include_worktree=info.path.exists())
+    except Exception as e:
+        return f"no diff: {e}"

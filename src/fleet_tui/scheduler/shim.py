@@ -1,0 +1,310 @@
+"""The per-attempt agent host process: it owns the agent so nothing is ever orphaned.
+
+The supervisor starts one shim per attempt (``python -I shim.py --dir ATTEMPT_DIR ... -- ARGV``)
+in its own session, so the shim outlives a supervisor that crashes. The shim:
+
+- makes itself a child subreaper, so grandchildren that escape with ``setsid`` are re-parented
+  to it and can still be found and killed;
+- starts the agent in a new session (its own process group), stdin from a file or /dev/null;
+- writes the agent's raw stdout to ``stdout.jsonl`` and stderr to ``stderr.log`` (never lost,
+  can be re-normalized) and, at the end, its exit status to ``exit.json`` (atomically);
+- on SIGTERM (a stop request) sends SIGTERM to the agent's group, waits the grace period,
+  SIGKILLs the group, then kills every remaining descendant (checking each pid's start time so a
+  reused pid is never hit);
+- fences itself: it stops the agent when the deadline in the ``lease`` file passes, i.e. when no
+  supervisor has refreshed it, which happens before the store's lease expires — so a task
+  reclaimed elsewhere never has two live agents;
+- records its own pid and start time in ``shim.json`` so a restarted supervisor can adopt it.
+
+Standard library only, no package imports: it starts in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # the command name may contain spaces and parentheses: split after the last ')'
+    rest = data[data.rfind(b")") + 2 :].split()
+    try:
+        return int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].split()[0].decode()
+
+
+def alive(pid: int, ticks: int | None) -> bool:
+    """True when ``pid`` runs and is the same process (same start time), not a zombie."""
+    now = proc_start_ticks(pid)
+    if now is None or (ticks is not None and now != ticks):
+        return False
+    return proc_state(pid) not in ("Z", "X", None)
+
+
+def children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2 :].split()
+        try:
+            ppid = int(rest[1])
+        except (IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def descendants(root: int) -> list[tuple[int, int | None]]:
+    """Every descendant of ``root`` as (pid, start ticks)."""
+    kids = children_map()
+    out: list[tuple[int, int | None]] = []
+    stack = list(kids.get(root, []))
+    while stack:
+        pid = stack.pop()
+        out.append((pid, proc_start_ticks(pid)))
+        stack.extend(kids.get(pid, []))
+    return out
+
+
+def write_json(path: str, data: dict[str, object]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_deadline(path: str) -> float | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return float(fh.read().strip() or "nan")
+    except (OSError, ValueError):
+        return None
+
+
+class Shim:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.dir: str = args.dir
+        self.grace: float = args.grace
+        self.lease_file: str | None = args.lease_file
+        self.argv: list[str] = args.argv
+        self.cwd: str = args.cwd
+        self.stdin_file: str | None = args.stdin_file
+        self.stop_requested = False
+        self.stop_reason = "exited"
+        self.pid = os.getpid()
+        self.agent_pid: int | None = None
+        self.agent_status: int | None = None
+
+    def reap_zombies(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.agent_pid:
+                self.agent_status = _
+
+    def kill_tree(self, pgid: int | None) -> int:
+        """TERM the agent's group, wait the grace, KILL the group, KILL every descendant."""
+        victims = descendants(self.pid)
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGTERM)
+            except OSError:
+                pass
+        for pid, ticks in victims:  # escaped (setsid) descendants get the TERM too
+            if alive(pid, ticks):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            self.reap_zombies()
+            if not any(alive(p, t) for p, t in descendants(self.pid)):
+                break
+            time.sleep(0.05)
+        killed = 0
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+        for _ in range(3):  # descendants may fork while we look: sweep until none
+            found = [(p, t) for p, t in descendants(self.pid) if alive(p, t)]
+            if not found:
+                break
+            for pid, ticks in found:
+                if proc_start_ticks(pid) == ticks:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        killed += 1
+                    except OSError:
+                        pass
+            time.sleep(0.02)
+            self.reap_zombies()
+        self.reap_zombies()
+        return killed
+
+    def run(self) -> int:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+        info: dict[str, object] = {"pid": self.pid, "start_ticks": proc_start_ticks(self.pid),
+                                   "started_at": time.time()}
+        write_json(os.path.join(self.dir, "shim.json"), info)
+
+        def on_term(signum: int, frame: object) -> None:
+            self.stop_requested = True
+            self.stop_reason = "stopped"
+
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+        out_fd = os.open(os.path.join(self.dir, "stdout.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        err_fd = os.open(os.path.join(self.dir, "stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        in_fd = os.open(self.stdin_file or os.devnull, os.O_RDONLY)
+        try:
+            pid = os.fork()
+        except OSError as e:
+            write_json(os.path.join(self.dir, "exit.json"),
+                       {"exit_code": None, "signal": None, "reason": "spawn_failed", "error": str(e),
+                        "ended_at": time.time()})
+            return 1
+        if pid == 0:  # the agent
+            try:
+                os.setsid()
+                os.dup2(in_fd, 0)
+                os.dup2(out_fd, 1)
+                os.dup2(err_fd, 2)
+                os.chdir(self.cwd)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGHUP, signal.SIG_DFL)
+                os.execvp(self.argv[0], self.argv)
+            except OSError as e:
+                os.write(2, f"fleet-tui shim: cannot start {self.argv[0]!r}: {e}\n".encode())
+            os._exit(127)
+        os.close(in_fd)
+        os.close(out_fd)
+        os.close(err_fd)
+        self.agent_pid = pid
+        info.update(agent_pid=pid, agent_start_ticks=proc_start_ticks(pid))
+        write_json(os.path.join(self.dir, "shim.json"), info)
+
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        status: int | None = None
+        last_lease_check = 0.0
+        while status is None:
+            if self.stop_requested:
+                break
+            fds = [wake_r] if pidfd is None else [pidfd, wake_r]
+            ready, _, _ = select.select(fds, [], [], 0.5 if pidfd is not None else 0.02)
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+            if self.stop_requested:
+                break
+            try:
+                wpid, wstatus = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                wpid, wstatus = pid, 0
+            if wpid == pid:
+                status = wstatus
+                break
+            self.reap_zombies()
+            now = time.time()
+            if self.lease_file and now - last_lease_check >= 0.5:
+                last_lease_check = now
+                deadline = read_deadline(self.lease_file)
+                if deadline is not None and now > deadline:
+                    self.stop_requested = True
+                    self.stop_reason = "lease_expired"
+        killed = 0
+        if status is None:  # stop requested or lease expired: the agent is still alive
+            killed = self.kill_tree(pid)
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                status = self.agent_status
+        else:
+            # the agent exited; anything it left behind must not outlive the attempt
+            if descendants(self.pid):
+                killed = self.kill_tree(None)
+        exit_code = sig = None
+        if status is not None:
+            if os.WIFEXITED(status):
+                exit_code = os.WEXITSTATUS(status)
+            elif os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                exit_code = 128 + sig
+        write_json(os.path.join(self.dir, "exit.json"),
+                   {"exit_code": exit_code, "signal": sig, "reason": self.stop_reason,
+                    "killed_descendants": killed, "ended_at": time.time()})
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="fleet-tui-shim")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--cwd", required=True)
+    p.add_argument("--grace", type=float, default=5.0)
+    p.add_argument("--lease-file")
+    p.add_argument("--stdin-file")
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    if args.argv and args.argv[0] == "--":
+        args.argv = args.argv[1:]
+    if not args.argv:
+        p.error("no agent command given")
+    return Shim(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Verifiers: the evidence a task is done (DESIGN section 7).
+
+``run`` executes a shell command in the task's working directory (its exit code is the verdict,
+its output is kept), ``artifact`` checks a file (exists, long enough, contains each string),
+``agent`` asks a read-only reviewer through a coder and needs an explicit PASS (a reply without
+PASS or FAIL counts as FAIL). They run in order and stop at the first failure.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet_tui.scheduler.model import VerifySpec
+
+OUTPUT_CAP = 64 * 1024
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    passed: bool
+    label: str | None  # the failing verifier's label
+    output: str  # every verifier's output, in order
+
+
+#: runs an agent reviewer: (prompt, coder, model, workdir) -> reply text
+AgentReviewer = Callable[[str, str | None, str | None, Path], str]
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= OUTPUT_CAP else text[:2000] + "\n[...]\n" + text[-(OUTPUT_CAP - 2100):]
+
+
+def run_verifier(v: VerifySpec, workdir: Path, timeout_s: float, reviewer: AgentReviewer | None) -> tuple[bool, str]:
+    if v.kind == "run":
+        try:
+            p = subprocess.run(["/bin/sh", "-c", v.run or "false"], cwd=workdir, capture_output=True,
+                               timeout=timeout_s, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return False, f"timed out after {timeout_s:g}s"
+        except OSError as e:
+            return False, f"could not run: {e}"
+        out = (p.stdout + p.stderr).decode("utf-8", errors="replace")
+        return p.returncode == 0, _cap(out + f"\n(exit {p.returncode})")
+    if v.kind == "artifact":
+        path = workdir / (v.path or "")
+        if not path.is_file():
+            return False, f"{v.path}: missing"
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if len(text) < v.min_chars:
+            return False, f"{v.path}: {len(text)} characters < {v.min_chars}"
+        missing = [s for s in v.contains if s not in text]
+        if missing:
+            return False, f"{v.path}: does not contain {', '.join(repr(m) for m in missing)}"
+        return True, f"{v.path}: ok ({len(text)} characters)"
+    if reviewer is None:
+        return False, "no agent reviewer available"
+    prompt = (f"{v.agent}\n\nYou are a read-only reviewer: do not change any file. End your reply with a "
+              "line that is exactly PASS or FAIL.")
+    try:
+        reply = reviewer(prompt, v.coder, v.model, workdir)
+    except Exception as e:
+        return False, f"reviewer failed: {e}"
+    verdict = _verdict(reply)
+    return verdict == "PASS", _cap(reply)
+
+
+def _verdict(reply: str) -> str | None:
+    found = re.findall(r"\b(PASS|FAIL)\b", reply)
+    return found[-1] if found else None
+
+
+def run_verifiers(specs: Sequence[VerifySpec], workdir: Path, timeout_s: float = 600.0,
+                  reviewer: AgentReviewer | None = None) -> VerifyResult:
+    outputs: list[str] = []
+    for v in specs:
+        t = v.timeout_min * 60 if v.timeout_min else timeout_s
+        ok, out = run_verifier(v, workdir, t, reviewer)
+        outputs.append(f"== {v.label}: {'PASS' if ok else 'FAIL'}\n{out.strip()}")
+        if not ok:
+            return VerifyResult(False, v.label, "\n".join(outputs))
+    return VerifyResult(True, None, "\n".join(outputs))
