@@ -292,3 +292,71 @@ class FakeServer(ThreadingHTTPServer):
         self.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+# -- running a coder's real program directly (no engine) ---------------------------------------
+
+
+@dataclass
+class AttemptRun:
+    """What one direct run of a coder's program produced, normalized."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    events: list[Any]  # list[fleet_tui.scheduler.model.Event]
+    outcome: Any  # fleet_tui.scheduler.model.Outcome
+    timed_out: bool = False
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events]
+
+    def of_kind(self, kind: str) -> list[Any]:
+        return [e for e in self.events if e.kind == kind]
+
+
+def run_attempt(coder: Any, ctx: Any, env: dict[str, str] | None = None, timeout: float = 90.0) -> AttemptRun:
+    """Run ``coder``'s program for ``ctx`` the way the shim would, without the engine.
+
+    ``prepare`` writes the per-run config, the process starts in ``ctx.workdir`` in its own session
+    with ``os.environ`` + the task's env + ``coder.env(ctx)`` + ``env``, gets ``coder.stdin(ctx)``,
+    and its stdout goes line by line through a fresh normalizer (``poll`` after each line and at
+    the end). On ``timeout`` the whole process group is killed and the run is marked timed out.
+    """
+    import os
+    import signal
+    import subprocess
+
+    coder.prepare(ctx)
+    full_env = dict(os.environ)
+    full_env.update(dict(ctx.task.spec.env))
+    full_env.update(coder.env(ctx))
+    full_env.update(env or {})
+    full_env["PWD"] = str(ctx.workdir)
+    data = coder.stdin(ctx)
+    proc = subprocess.Popen(
+        coder.argv(ctx),
+        cwd=ctx.workdir,
+        env=full_env,
+        stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    norm = coder.normalizer(ctx.task.id, ctx.attempt, 0, ctx.attempt_dir)
+    events: list[Any] = []
+    text = out.decode("utf-8", "replace")
+    for i, line in enumerate(text.splitlines()):
+        events += norm.feed(line, float(i))
+        events += norm.poll(float(i))
+    code = None if timed_out else proc.returncode
+    outcome = norm.outcome(code)
+    events += norm.poll(float(len(events)))
+    return AttemptRun(code, text, err.decode("utf-8", "replace"), events, outcome, timed_out)
