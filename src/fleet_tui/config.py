@@ -17,6 +17,7 @@ optional key (shown as ``none``) is unset by ``config set KEY none``.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import tempfile
 import tomllib
@@ -223,6 +224,8 @@ def _check(key: str, value: Any) -> Any:
         value = tuple(value)
     for x in value if isinstance(value, tuple) else (value,):
         if isinstance(x, int | float) and not isinstance(x, bool):
+            if not math.isfinite(x):
+                raise ConfigError(f"{key} must be a finite number, got {x}")
             if spec.low is not None and x < spec.low:
                 raise ConfigError(f"{key} must be at least {spec.low:g}, got {x:g}")
             if spec.above is not None and x <= spec.above:
@@ -266,23 +269,23 @@ def parse_value(key: str, text: str) -> Any:
         if lowered not in ("true", "false", "yes", "no", "on", "off", "1", "0"):
             raise ConfigError(f"{key} must be true or false, got {text!r}")
         value = lowered in ("true", "yes", "on", "1")
+    elif spec.kind in ("floats", "strs") and raw.startswith("["):
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"] if "\n" not in raw else None
+        except tomllib.TOMLDecodeError:
+            value = None
     elif spec.kind in ("floats", "strs"):
-        if raw.startswith("["):
-            value = _toml_value(key, raw)
-        elif not raw:
-            value = []
-        else:
-            items = [p.strip() for p in raw.split(",")]
-            value = items if spec.kind == "strs" else [_toml_value(key, p) for p in items]
+        items = [p.strip() for p in raw.split(",") if p.strip()]
+        value = items if spec.kind == "strs" else [_number(key, float, p) for p in items]
     else:
-        value = _toml_value(key, raw.replace("_", "") if raw.replace("_", "").isdigit() else raw)
+        value = _number(key, int if spec.kind == "int" else float, raw)
     return _check(key, value)
 
 
-def _toml_value(key: str, raw: str) -> Any:
+def _number(key: str, kind: type[int] | type[float], raw: str) -> int | float:
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+        return kind(raw.replace("_", ""))
+    except ValueError:
         raise ConfigError(f"{key} must be {_describe(key)}, got {raw!r}") from None
 
 

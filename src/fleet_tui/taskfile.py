@@ -210,25 +210,25 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+_STR_KEYS = ("name", "prompt", "cwd", "coder", "model", "command", "git_ref", "setup", "run", "agent", "path")
+_NONEMPTY = ("prompt", "cwd", "coder", "run", "agent", "path")
+
+
 def _check_value(key: str, v: Any) -> str | None:
-    """A type/range message for one scalar or list task key, or None when the value is fine."""
+    """A type/range message for one scalar, array or env task key, or None when the value is fine."""
     got = f"got {_type_name(v)}"
-    if key in ("name", "prompt", "cwd", "coder", "model", "command", "git_ref", "setup"):
+    if key in _STR_KEYS:
         if not isinstance(v, str):
             return f"{key} must be a string, {got}"
         if key == "name" and not NAME_RE.match(v):
-            return (
-                f"bad name {v!r}: use only lowercase letters, digits, '-' and '_' "
-                f"(for example {re.sub(r'[^a-z0-9_-]+', '-', v.lower()).strip('-') or 'task-1'!r})"
-            )
-        if key in ("coder", "cwd", "prompt") and not v.strip():
+            fixed = re.sub(r"[^a-z0-9_-]+", "-", v.lower()).strip("-") or "task-1"
+            return f"bad name {v!r}: use only lowercase letters, digits, '-' and '_' (for example {fixed!r})"
+        if key in _NONEMPTY and not v.strip():
             return f"{key} must not be empty"
-    elif key == "priority":
-        if not _is_int(v):
-            return f"priority must be an integer (higher runs first), {got}"
-    elif key == "max_retries":
-        if not _is_int(v) or v < 0:
-            return f"max_retries must be a whole number >= 0, {got if not _is_int(v) else v}"
+    elif key == "priority" and not _is_int(v):
+        return f"priority must be an integer (higher runs first), {got}"
+    elif key in ("max_retries", "min_chars") and (not _is_int(v) or v < 0):
+        return f"{key} must be a whole number >= 0, {got if not _is_int(v) else v}"
     elif key in ("timeout_min", "stall_min", "budget_usd"):
         if not _is_num(v):
             return f"{key} must be a number, {got}"
@@ -238,23 +238,13 @@ def _check_value(key: str, v: Any) -> str | None:
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             example = '["other-task"]' if key == "depends_on" else '["a", "b"]'
             return f"{key} must be an array of strings like {example}, {got}"
-    elif key == "merge":
-        if v not in ("manual", "auto"):
-            return f'merge must be "manual" or "auto", got {v!r}'
+    elif key == "merge" and v not in ("manual", "auto"):
+        return f'merge must be "manual" or "auto", got {v!r}'
     elif key == "env":
         if not isinstance(v, dict):
             return f'env must be a table of strings like {{ FOO = "bar" }}, {got}'
-        bad = [k for k, x in v.items() if not isinstance(x, str)]
-        if bad:
+        if bad := [k for k, x in v.items() if not isinstance(x, str)]:
             return f'env values must be strings: {", ".join(bad)} (quote numbers: "1")'
-    elif key == "min_chars":
-        if not _is_int(v) or v < 0:
-            return f"min_chars must be a whole number >= 0, {got if not _is_int(v) else v}"
-    elif key in ("run", "agent", "path"):
-        if not isinstance(v, str):
-            return f"{key} must be a string, {got}"
-        if not v.strip():
-            return f"{key} must not be empty"
     return None
 
 
@@ -268,8 +258,7 @@ class _Checks:
     ) -> None:
         self.known = tuple(known_coders)
         self.available = coder_available
-        self._git: dict[str, str | None] = {}
-        self._ref: dict[tuple[str, str], bool] = {}
+        self._git_cache: dict[tuple[str, ...], tuple[int, str]] = {}
         self._avail: dict[str, tuple[bool, str]] = {}
 
     def coder(self, coder: str) -> str | None:
@@ -289,36 +278,25 @@ class _Checks:
                 return f"coder {coder!r} cannot run on this machine: {hint}".rstrip(": ")
         return None
 
-    def git_top(self, cwd: str) -> str | None:
-        if cwd not in self._git:
+    def _git(self, *args: str) -> tuple[int, str]:
+        """(exit code, stdout) of a git command, cached; (-1, "") when git cannot run."""
+        if args not in self._git_cache:
             try:
-                proc = subprocess.run(
-                    ["git", "-C", cwd, "rev-parse", "--show-toplevel"],
-                    capture_output=True, text=True, timeout=20, check=False,
-                )  # fmt: skip
-                self._git[cwd] = proc.stdout.strip() if proc.returncode == 0 else None
+                proc = subprocess.run(["git", *args], capture_output=True, text=True, timeout=20, check=False)
+                self._git_cache[args] = (proc.returncode, proc.stdout.strip())
             except (OSError, subprocess.SubprocessError):
-                self._git[cwd] = None
-        return self._git[cwd]
+                self._git_cache[args] = (-1, "")
+        return self._git_cache[args]
 
     def git_ref(self, cwd: str, ref: str) -> str | None:
         """A message when ``ref`` cannot be used from ``cwd``, else None."""
-        top = self.git_top(cwd)
-        if top is None:
+        rc, top = self._git("-C", cwd, "rev-parse", "--show-toplevel")
+        if rc != 0:
             return (
                 f"git_ref {ref!r} needs a git repository, but {cwd} is not inside one "
-                f"(run `git init` there, or drop git_ref to run in the folder itself)"
+                "(run `git init` there, or drop git_ref to run in the folder itself)"
             )
-        if (top, ref) not in self._ref:
-            try:
-                proc = subprocess.run(
-                    ["git", "-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                    capture_output=True, text=True, timeout=20, check=False,
-                )  # fmt: skip
-                self._ref[(top, ref)] = proc.returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                self._ref[(top, ref)] = True  # cannot tell: let the worktree step decide
-        if not self._ref[(top, ref)]:
+        if self._git("-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] == 1:
             return f"git_ref {ref!r} is not a branch, tag or commit in {top}"
         return None
 

@@ -309,3 +309,19 @@ def test_watcher_starting_on_a_broken_file_reports_on_first_poll(tmp_path: Path)
     new, err = w.poll()
     assert new is None and err is not None and "max_concurrent must be at least 1" in err
     assert w.poll() == (None, None)
+
+
+def test_parse_value_edge_cases() -> None:
+    assert parse_value("stall_min", ".5") == 0.5
+    assert parse_value("stall_min", "1e1") == 10.0
+    assert parse_value("host_tags", "a,, b ,") == ("a", "b")
+    assert parse_value("host_tags", '["x y", "z"]') == ("x y", "z")
+    for key, text, pattern in [
+        ("stall_min", "nan", "finite"),
+        ("budget_usd_daily", "inf", "finite"),
+        ("retry_backoff_s", "[1, 2", "array of numbers"),
+        ("retry_backoff_s", "1, x", "retry_backoff_s must be an array of numbers, got 'x'"),
+        ("max_concurrent", "3\nfoo = 1", "whole number"),
+    ]:
+        with pytest.raises(ConfigError, match=pattern):
+            parse_value(key, text)
