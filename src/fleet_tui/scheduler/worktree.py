@@ -24,7 +24,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +37,7 @@ DEFAULT_EMAIL = "fleet@localhost"
 _OUTPUT_CAP = 64 * 1024
 _TRANSIENT = re.compile(
     r"\.lock\b|could not lock|cannot lock|unable to create .*: file exists|already exists"
-    r"|is already checked out|already registered|resource temporarily unavailable",
+    r"|is already checked out|already registered|resource temporarily unavailable|failed to read",
     re.IGNORECASE,
 )
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -161,6 +161,25 @@ def _worktrees(repo_root: Path) -> list[dict[str, str]]:
     return entries
 
 
+@contextlib.contextmanager
+def _worktree_lock(repo_root: Path) -> Iterator[None]:
+    """Serialize fleet's own worktree add/remove/prune on one repo, across threads and processes.
+
+    Two concurrent ``git worktree add`` calls can trip over each other's half-written admin
+    dirs (and two adds of one path can leave a stray entry); git's own locks do not cover that.
+    flock is per open file, so it also serializes threads of one process. Not reentrant.
+    """
+    with open(_common_dir(repo_root) / "fleet-tui-worktree.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _wt(repo_root: Path, *args: str, check: bool = True) -> tuple[int, str, str]:
+    """``git worktree <args>`` under the fleet worktree lock."""
+    with _worktree_lock(repo_root):
+        return _git(repo_root, "worktree", *args, check=check)
+
+
 def _same(a: Path | str, b: Path | str) -> bool:
     return Path(a).resolve() == Path(b).resolve()
 
@@ -232,6 +251,10 @@ def create_worktree(repo_root: Path, root: Path, name: str, git_ref: str) -> Wor
         ensure_exclude(repo_root, [f"/{rel.as_posix()}/"])
 
     def attempt() -> WorktreeInfo:
+        with _worktree_lock(repo_root):
+            return locked_attempt()
+
+    def locked_attempt() -> WorktreeInfo:
         listed = {str(Path(e["worktree"]).resolve()): e for e in _worktrees(repo_root)}
         entry = listed.get(str(path))
         if entry is not None and not path.exists():
@@ -391,17 +414,30 @@ def diff(info: WorktreeInfo, *, include_worktree: bool = False) -> str:
 # --------------------------------------------------------------------------- merge
 
 
-def _checked_out_in(repo_root: Path, branch: str) -> Path | None:
+def _checked_out_in(repo_root: Path, branch: str) -> tuple[Path | None, str]:
+    """(the worktree that has branch checked out, or None; a reason the branch is busy, or "")."""
+    ref = f"refs/heads/{branch}"
     for entry in _worktrees(repo_root):
-        if entry.get("branch") == f"refs/heads/{branch}":
-            return Path(entry["worktree"])
-    return None
+        where = Path(entry["worktree"])
+        if entry.get("branch") == ref:
+            if not where.is_dir():
+                return None, f"base branch is checked out in missing worktree {where}"
+            return where, ""
+        if "detached" in entry and where.is_dir():  # a rebase/bisect of the base branch?
+            for marker in ("rebase-merge/head-name", "rebase-apply/head-name", "BISECT_START"):
+                status, out, _ = _git(
+                    where, "rev-parse", "--path-format=absolute", "--git-path", marker, check=False
+                )
+                flag = Path(out.strip())
+                if status == 0 and flag.is_file() and flag.read_text().strip() in (ref, branch):
+                    return None, f"base branch {branch} is being rebased/bisected in {where}"
+    return None, ""
 
 
 def _remove_temp(repo_root: Path, tmp: Path) -> None:
-    if _git(repo_root, "worktree", "remove", "--force", str(tmp), check=False)[0] != 0 and tmp.exists():
+    if _wt(repo_root, "remove", "--force", str(tmp), check=False)[0] != 0 and tmp.exists():
         shutil.rmtree(tmp, ignore_errors=True)
-    _git(repo_root, "worktree", "prune", check=False)
+    _wt(repo_root, "prune", check=False)
 
 
 def merge(info: WorktreeInfo, *, message: str, attempts: int = 3) -> MergeResult:
@@ -421,20 +457,23 @@ def merge(info: WorktreeInfo, *, message: str, attempts: int = 3) -> MergeResult
         )
     if _rev(repo, f"refs/heads/{info.branch}") is None:
         return MergeResult(False, None, (), f"branch {info.branch} does not exist")
-    last = ""
     for _ in range(attempts):
-        result = _merge_once(info, message)
+        try:
+            result = _merge_once(info, message)
+        except WorktreeError as e:
+            return MergeResult(False, None, (), f"merge failed: {e}")
         if result is not None:
             return result
-        last = "base branch moved during the merge"
-    return MergeResult(False, None, (), f"{last}; try again")
+    return MergeResult(False, None, (), "base branch kept moving during the merge; try again")
 
 
 def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
     """One merge try; None means the base moved under us and the caller should retry."""
     repo = info.repo_root
     base_ref = f"refs/heads/{info.base_ref}"
-    holder = _checked_out_in(repo, info.base_ref)
+    holder, busy = _checked_out_in(repo, info.base_ref)
+    if busy:
+        return MergeResult(False, None, (), busy)
     if holder is not None and _out(holder, "status", "--porcelain", "--untracked-files=no"):
         return MergeResult(False, None, (), f"base checkout is dirty: commit or stash first ({holder})")
     old = _rev(repo, base_ref)
@@ -443,7 +482,7 @@ def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
         return MergeResult(True, old, (), f"{info.branch} is already merged into {info.base_ref}")
     tmp = info.path.parent / f"{MERGE_PREFIX}{info.path.name}-{secrets.token_hex(4)}"
     try:
-        _retrying(lambda: _git(repo, "worktree", "add", "--detach", str(tmp), old))
+        _retrying(lambda: _wt(repo, "add", "--detach", str(tmp), old))
         status, out, err = _git(
             tmp, *_identity(tmp), "merge", "--no-ff", "--no-verify", "-m", message, info.branch, check=False
         )
@@ -490,7 +529,7 @@ def remove_worktree(info: WorktreeInfo) -> bool:
     """
     path = info.path
     if not path.exists():
-        _git(info.repo_root, "worktree", "prune", check=False)
+        _wt(info.repo_root, "prune", check=False)
         return True
     if _common_dir(path) != _common_dir(info.repo_root) or _same(path, info.repo_root):
         raise WorktreeError(f"{path} is not a linked worktree of {info.repo_root}")
@@ -501,12 +540,12 @@ def remove_worktree(info: WorktreeInfo) -> bool:
 
 
 def _remove_clean(repo_root: Path, path: Path) -> None:
-    status, _, err = _git(repo_root, "worktree", "remove", str(path), check=False)
+    status, _, err = _wt(repo_root, "remove", str(path), check=False)
     if status != 0 and "submodule" in err:  # git refuses these even clean; we checked
-        _git(repo_root, "worktree", "remove", "--force", str(path))
+        _wt(repo_root, "remove", "--force", str(path))
     elif status != 0:
         raise WorktreeError(f"git worktree remove {path} failed: {err.strip()}")
-    _git(repo_root, "worktree", "prune", check=False)
+    _wt(repo_root, "prune", check=False)
 
 
 def _owner_repo(path: Path) -> Path | None:
@@ -571,7 +610,7 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
         except WorktreeError as e:
             errors.append(f"{name}: {e}")
     for repo in repos:
-        status, _, err = _git(repo, "worktree", "prune", check=False)
+        status, _, err = _wt(repo, "prune", check=False)
         if status != 0:
             errors.append(f"prune {repo}: {err.strip()}")
     return SweepReport(tuple(removed), tuple(kept_dirty), tuple(skipped), tuple(errors))
