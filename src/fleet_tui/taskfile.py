@@ -467,6 +467,11 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
             raw.header,
             f'task {label!r} has no prompt: add prompt = "..." (or coder = "shell" with a command)',
         )
+    if coder == "shell" and "command" not in v and "command" not in raw.broken:
+        rep.err(
+            where["coder"],
+            'the shell coder runs a command: add command = "..." (it gets the prompt in $FLEET_PROMPT)',
+        )
     if v.get("command") and coder not in (None, "shell"):
         rep.warn(where["command"], f"command is only run by the shell coder; coder {coder!r} ignores it")
     if coder is not None and (msg := checks.coder(coder)):
