@@ -440,3 +440,24 @@ def test_merge_refuses_base_being_rebased(repo: Path, root: Path) -> None:
     res = wt.merge(t1, message="merge t1")
     assert not res.ok and "being rebased" in res.message
     assert git(repo, "rev-parse", "main") == main_sha
+
+
+def test_create_retries_while_git_config_is_locked(repo: Path, root: Path) -> None:
+    lock = repo / ".git" / "config.lock"
+    lock.write_text("")  # another git process is writing the repo config
+    timer = threading.Timer(0.3, lock.unlink)
+    timer.start()
+    try:
+        info = wt.create_worktree(repo, root, "t1", "main")
+    finally:
+        timer.join()
+    assert info.base_commit == git(repo, "rev-parse", "main")
+    assert git(repo, "config", "branch.fleet/t1.fleetbase") == info.base_commit
+
+
+def test_create_from_subdirectory_records_repo_top(repo: Path, root: Path) -> None:
+    (repo / "pkg").mkdir()
+    info = wt.create_worktree(repo / "pkg", root, "t1", "main")
+    assert info.repo_root == repo
+    with pytest.raises(wt.WorktreeError, match="not inside a git work tree"):
+        wt.create_worktree(root.parent, root, "t2", "main")

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from git import Git
 
@@ -40,6 +41,7 @@ _TRANSIENT = re.compile(
     r"|is already checked out|already registered|resource temporarily unavailable|failed to read",
     re.IGNORECASE,
 )
+_T = TypeVar("_T")
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -104,7 +106,7 @@ def _out(cwd: Path, *args: str) -> str:
     return _git(cwd, *args)[1].strip()
 
 
-def _retrying(fn: Callable[[], object], attempts: int = 12) -> object:
+def _retrying(fn: Callable[[], _T], attempts: int = 12) -> _T:
     """Run fn, retrying with jittered backoff while git reports lock/race errors."""
     delay = 0.02
     for i in range(attempts):
@@ -240,10 +242,12 @@ def create_worktree(repo_root: Path, root: Path, name: str, git_ref: str) -> Wor
     """
     if not _NAME_OK.match(name) or name.endswith(".lock") or ".." in name:
         raise WorktreeError(f"invalid task name for a worktree/branch: {name!r}")
-    repo_root = Path(repo_root).resolve()
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    root = root.resolve()
+    top = find_repo(repo_root)
+    if top is None:
+        raise WorktreeError(f"{repo_root} is not inside a git work tree")
+    repo_root = top
+    Path(root).mkdir(parents=True, exist_ok=True)
+    root = Path(root).resolve()
     path = root / name
     branch = BRANCH_PREFIX + name
     with contextlib.suppress(ValueError):
@@ -279,9 +283,7 @@ def create_worktree(repo_root: Path, root: Path, name: str, git_ref: str) -> Wor
             base_commit = _out(repo_root, "merge-base", branch, git_ref)
         return WorktreeInfo(repo_root, path, branch, base_ref, base_commit)
 
-    result = _retrying(attempt)
-    assert isinstance(result, WorktreeInfo)
-    return result
+    return _retrying(attempt)
 
 
 def run_setup(info: WorktreeInfo, command: str, timeout_s: float) -> SetupResult:
@@ -375,9 +377,7 @@ def wip_commit(path: Path, message: str) -> str | None:
         _git(path, *_identity(path), "commit", "--no-verify", "-q", "-m", message)
         return _out(path, "rev-parse", "HEAD")
 
-    result = _retrying(commit)
-    assert isinstance(result, str)
-    return result
+    return _retrying(commit)
 
 
 # --------------------------------------------------------------------------- diff
