@@ -147,3 +147,38 @@ def test_auth_failure(claude_program: str, tmp_path: Path, api_key_env: None) ->
         run = run_attempt(ClaudeCoder(), ctx, fake_env(tmp_path, url, CLAUDE_CODE_MAX_RETRIES="1"))
     assert not run.timed_out, run.stderr
     assert run.outcome.kind == "auth_failed", (run.outcome, run.stdout[-2000:])
+
+
+def test_ask_human_mcp_tool_runs_unattended(claude_program: str, tmp_path: Path, api_key_env: None) -> None:
+    """--mcp-config/--strict-mcp-config/--allowedTools: the ask_human tool is called, no prompt."""
+    base = make_ctx(tmp_path)
+    log = tmp_path / "asked.jsonl"
+    ctx = AttemptContext(
+        task=base.task,
+        attempt=1,
+        prompt=base.prompt,
+        workdir=base.workdir,
+        attempt_dir=base.attempt_dir,
+        home=base.home,
+        mcp_command=(sys.executable, "-m", "tests.fakeapi.ask_human_stub"),
+        mcp_env={"FAKE_ANSWER": "Use PostgreSQL 16.", "FAKE_ASK_LOG": str(log), "PYTHONPATH": str(ROOT)},
+    )
+    script = [
+        ToolCall("mcp__ask_human__ask_human", {"question": "Which database?"}),
+        Text("Asked; the answer was PostgreSQL 16."),
+    ]
+    with serve_anthropic(script) as (url, rec):
+        run = run_attempt(ClaudeCoder(), ctx, fake_env(tmp_path, url))
+        offered = rec.model_requests()[0].tool_names()
+    assert not run.timed_out, run.stderr
+    init = run.of_kind("session_started")[0].raw
+    # 2.1.332 defers MCP tools behind ToolSearch (ENABLE_TOOL_SEARCH=false lists them directly)
+    assert "mcp__ask_human__ask_human" in init["tools"]
+    assert "mcp__ask_human__ask_human" in offered or "ToolSearch" in offered
+    assert {"name": "ask_human", "status": "connected"}.items() <= init["mcp_servers"][0].items()
+    (call,) = run.of_kind("tool_call")
+    (result,) = run.of_kind("tool_result")
+    assert call.tool == "mcp__ask_human__ask_human" and result.tool_id == call.tool_id
+    assert result.text == "Use PostgreSQL 16." and not result.is_error
+    assert log.read_text().strip() == '{"question": "Which database?"}'
+    assert run.outcome.kind == "success"
