@@ -145,3 +145,42 @@ def test_insufficient_quota(codex_program: str, tmp_path: Path) -> None:
     assert not run.timed_out, run.stderr
     assert run.outcome.kind == "auth_failed", run.outcome  # billing: a human must act
     assert run.outcome.detail == "Quota exceeded. Check your plan and billing details."
+
+
+def test_ask_human_mcp_tool_runs_unattended(codex_program: str, tmp_path: Path) -> None:
+    """config.toml's mcp_servers.ask_human (approve modes) + exec flags: the call is not cancelled."""
+    log = tmp_path / "asked.jsonl"
+    state = {"asked": False, "waits": 0}
+
+    def turn(req: Request) -> ToolCall | Text:
+        if state["asked"]:
+            return Text("Asked; the answer was PostgreSQL 16.")
+        if "mcp__ask_human" in req.tool_names():  # Codex offers MCP tools as a namespace
+            state["asked"] = True
+            return ToolCall("ask_human", {"question": "Which database?"}, namespace="mcp__ask_human")
+        state["waits"] += 1  # the MCP server was not up when this request was built: let it start
+        if state["waits"] > 5:
+            return Text("ask_human never appeared")
+        return ToolCall("exec_command", {"cmd": "sleep 1"})
+
+    with serve_openai_responses([(turn, None)]) as (url, _rec):
+        base = make_ctx(tmp_path, url)
+        ctx = AttemptContext(
+            task=base.task,
+            attempt=1,
+            prompt=base.prompt,
+            workdir=base.workdir,
+            attempt_dir=base.attempt_dir,
+            home=base.home,
+            model=base.model,
+            mcp_command=(sys.executable, "-m", "tests.fakeapi.ask_human_stub"),
+            mcp_env={"FAKE_ANSWER": "Use PostgreSQL 16.", "FAKE_ASK_LOG": str(log), "PYTHONPATH": str(ROOT)},
+        )
+        run = run_attempt(CodexCoder(), ctx, home_env(tmp_path))
+    assert not run.timed_out, run.stderr
+    calls = [e for e in run.of_kind("tool_call") if e.tool == "mcp__ask_human__ask_human"]
+    assert len(calls) == 1, run.stdout
+    (result,) = [e for e in run.of_kind("tool_result") if e.tool_id == calls[0].tool_id]
+    assert result.text == "Use PostgreSQL 16." and not result.is_error
+    assert log.read_text().strip() == '{"question": "Which database?"}'
+    assert run.outcome.kind == "success"

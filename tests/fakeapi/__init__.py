@@ -53,6 +53,8 @@ class ToolCall:
     text: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: Responses API only: the tool's namespace (Codex offers MCP tools as ``mcp__<server>``)
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)

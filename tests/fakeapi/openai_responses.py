@@ -87,16 +87,17 @@ def _items(turn: Text | ToolCall) -> list[dict[str, Any]]:
             }
         )
     if isinstance(turn, ToolCall):
-        items.append(
-            {
-                "type": "function_call",
-                "id": _uid("fc"),
-                "call_id": _uid("call"),
-                "name": turn.name,
-                "arguments": json.dumps(turn.input),
-                "status": "completed",
-            }
-        )
+        call: dict[str, Any] = {
+            "type": "function_call",
+            "id": _uid("fc"),
+            "call_id": _uid("call"),
+            "name": turn.name,
+            "arguments": json.dumps(turn.input),
+            "status": "completed",
+        }
+        if turn.namespace:
+            call["namespace"] = turn.namespace
+        items.append(call)
     return items
 
 
