@@ -110,7 +110,8 @@ def test_bash_run_usage_cost_and_result() -> None:
     result = events[-1]
     assert result.kind == "result" and not result.is_error
     assert result.text == "The command ran. Output was:\nREADME\nmarker.txt\n"
-    assert result.usage == Usage(input_tokens=7653 + 7747, output_tokens=46 + 20)
+    assert result.usage is None  # usage events are deltas; the result adds nothing to the sum
+    assert n.totals == Usage(input_tokens=7653 + 7747, output_tokens=46 + 20)
     assert result.cost_usd == pytest.approx(0.023649 + 0.023541)
     out = n.outcome(0)
     assert out.cost_usd == pytest.approx(0.023649 + 0.023541)

@@ -84,10 +84,12 @@ class OpenCodeNormalizer(BaseNormalizer):
     * ``text`` -> ``text``; ``reasoning`` (only with ``--thinking``) -> ``thinking``;
     * ``tool_use`` (emitted once the call is finished) -> ``tool_call`` then ``tool_result``
       paired by ``part.callID``;
-    * ``step_finish`` -> ``usage`` for that step (tokens, the step's ``cost`` in USD, and
-      ``context_tokens`` = input + cache read + cache write of that step). A ``step_finish``
-      whose reason is not ``tool-calls`` ends the model's turn: a ``result`` event follows, with
-      the turn's last text, the whole run's summed usage and cost;
+    * ``step_finish`` -> ``usage`` for that step: token *deltas* (summing every usage event
+      gives the run's total, as with the other coders), the step's own ``cost`` in USD, and
+      ``context_tokens`` = input + cache read + cache write of that step (the context occupancy).
+      A ``step_finish`` whose reason is not ``tool-calls`` ends the model's turn: a ``result``
+      event follows with the turn's text and the run's *total* cost (no usage, so nothing is
+      counted twice); ``self.totals`` keeps the summed tokens;
     * ``error`` -> ``error`` (plus ``rate_limit`` when ``statusCode`` is 429);
     * ``done`` (one upstream version only) -> ``result`` if none was emitted yet.
     """
@@ -213,7 +215,7 @@ class OpenCodeNormalizer(BaseNormalizer):
         self.result_text = text
         self.result_is_error = is_error
         return self.ev(
-            ts, "result", text=text, is_error=is_error, usage=self.totals, cost_usd=self.cost_usd,
+            ts, "result", text=text, is_error=is_error, cost_usd=self.cost_usd,
             session_id=self.session_id, raw=obj,
         )  # fmt: skip
 
