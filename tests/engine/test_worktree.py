@@ -375,7 +375,7 @@ def test_merge_refuses_tag_or_sha_base(repo: Path, root: Path) -> None:
         info = wt.create_worktree(repo, root, f"t-{ref[:6]}", ref)
         edit_and_commit(info, "a.txt", "x\n")
         res = wt.merge(info, message="m")
-        assert not res.ok and "not a local branch" in res.message
+        assert not res.ok and "is not a local branch" in res.message
 
 
 def test_untracked_file_in_base_checkout_blocks_update_cleanly(repo: Path, root: Path) -> None:

@@ -1,14 +1,12 @@
 """Per-task git worktrees: create, check, WIP-commit, diff, merge, remove and sweep.
 
-Why this exists: every task with a ``git_ref`` runs in its own worktree on its own branch
-(``fleet/<name>``) so parallel agents never share files, and the user's own checkout (its HEAD,
-branch, index and files) is never touched by an agent. Merging is a user action that happens in
-a throw-away worktree; the only time the user's checkout changes is a fast-forward of a *clean*
-checkout of the base branch, so its files match its moved branch. Uncommitted work is never
-deleted: it is committed to the task branch first (WIP) and only clean worktrees are removed.
-
-Everything here is synchronous and blocking (it runs git); the engine calls it through
-``anyio.to_thread``. Results are frozen dataclasses. No textual/rich imports.
+Why this exists: each task with a ``git_ref`` runs in its own worktree on branch ``fleet/<name>``
+so parallel agents never share files and the user's checkout (HEAD, branch, index, files) is
+never touched by an agent. Merging (a user action) happens in a throw-away worktree; the user's
+checkout changes only by a fast-forward of a *clean* checkout of the base branch, so its files
+follow its moved branch. Uncommitted work is never deleted: it becomes a WIP commit on the task
+branch and only clean worktrees are removed. Synchronous (it runs git): the engine calls it
+through ``anyio.to_thread``. Results are frozen dataclasses. No textual/rich imports.
 """
 
 from __future__ import annotations
@@ -390,25 +388,26 @@ def _diff_base(info: WorktreeInfo) -> str:
     return out.strip() if status == 0 and out.strip() else info.base_commit
 
 
-def diffstat(info: WorktreeInfo) -> str:
-    """``git diff --stat`` of the branch's committed changes against its base."""
-    return _out(info.repo_root, "diff", "--stat", _diff_base(info), info.branch)
+def _diff(info: WorktreeInfo, stat: bool, include_worktree: bool) -> str:
+    opts = ["diff", "--no-color", "--no-ext-diff", *(["--stat"] if stat else [])]
+    if include_worktree and info.path.is_dir():  # working tree (tracked files) vs the base
+        return _git(info.path, *opts, _diff_base(info))[1]
+    return _git(info.repo_root, *opts, _diff_base(info), info.branch)[1]
+
+
+def diffstat(info: WorktreeInfo, *, include_worktree: bool = False) -> str:
+    """``git diff --stat`` of the branch against its base (see ``diff``)."""
+    return _diff(info, True, include_worktree).strip()
 
 
 def diff(info: WorktreeInfo, *, include_worktree: bool = False) -> str:
     """Diffstat then full diff of the branch against its base (merge-base with the base branch).
 
-    With ``include_worktree`` the worktree's uncommitted edits to tracked files are included (a
-    live view for the cockpit); without it, it is exactly what a merge would bring.
+    Without ``include_worktree`` it is exactly what a merge would bring; with it, the worktree's
+    uncommitted edits to tracked files are included (a live view for the cockpit).
     """
-    base = _diff_base(info)
-    if include_worktree and info.path.is_dir():
-        stat = _out(info.path, "diff", "--stat", base)
-        body = _git(info.path, "diff", base)[1]
-    else:
-        stat = _out(info.repo_root, "diff", "--stat", base, info.branch)
-        body = _git(info.repo_root, "diff", base, info.branch)[1]
-    return f"{stat}\n\n{body}" if stat else ""
+    stat = diffstat(info, include_worktree=include_worktree)
+    return f"{stat}\n\n{_diff(info, False, include_worktree)}" if stat else ""
 
 
 # --------------------------------------------------------------------------- merge
@@ -452,9 +451,7 @@ def merge(info: WorktreeInfo, *, message: str, attempts: int = 3) -> MergeResult
     """
     repo = info.repo_root
     if _rev(repo, f"refs/heads/{info.base_ref}") is None:
-        return MergeResult(
-            False, None, (), f"base {info.base_ref!r} is not a local branch; refusing to merge"
-        )
+        return MergeResult(False, None, (), f"base {info.base_ref!r} is not a local branch: not merging")
     if _rev(repo, f"refs/heads/{info.branch}") is None:
         return MergeResult(False, None, (), f"branch {info.branch} does not exist")
     for _ in range(attempts):
@@ -490,12 +487,8 @@ def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
             conflicts = tuple(_out(tmp, "diff", "--name-only", "--diff-filter=U").splitlines())
             _git(tmp, "merge", "--abort", check=False)
             if conflicts:
-                return MergeResult(
-                    False,
-                    None,
-                    conflicts,
-                    f"merge conflict in {len(conflicts)} file(s): {', '.join(conflicts)}",
-                )
+                why = f"merge conflict in {len(conflicts)} file(s): {', '.join(conflicts)}"
+                return MergeResult(False, None, conflicts, why)
             return MergeResult(False, None, (), f"merge failed: {(err or out).strip()}")
         new = _out(tmp, "rev-parse", "HEAD")
     finally:
@@ -513,9 +506,7 @@ def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
         if _rev(repo, base_ref) != old:
             return None
         return MergeResult(False, None, (), f"could not update the base checkout {holder}: {text}")
-    return MergeResult(
-        True, new, (), f"merged {info.branch} into {info.base_ref} (checkout {holder} updated)"
-    )
+    return MergeResult(True, new, (), f"merged {info.branch} into {info.base_ref}; {holder} updated")
 
 
 # --------------------------------------------------------------------------- remove / sweep
@@ -550,8 +541,7 @@ def _remove_clean(repo_root: Path, path: Path) -> None:
 
 def _owner_repo(path: Path) -> Path | None:
     """The main checkout of the repo a linked worktree at path belongs to (None if not one)."""
-    dotgit = path / ".git"
-    if not dotgit.is_file():
+    if not (path / ".git").is_file():
         return None
     status, out, _ = _git(path, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
     if status != 0:
