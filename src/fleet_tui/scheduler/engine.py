@@ -49,6 +49,10 @@ from fleet_tui.scheduler.store import Store
 from fleet_tui.scheduler.verify import run_verifiers
 
 
+#: gate reasons that clear by themselves as agents finish
+TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
+
+
 class Running:
     """What the engine holds for one live attempt."""
 
@@ -178,9 +182,12 @@ class Engine(Controller):
                 await next(iter(self.runners.values())).done.wait()
 
     async def _nothing_startable(self) -> bool:
+        """True when no queued task can start now or soon by itself: what is left waits on a time,
+        a person, a parked dependency, tags or a budget. Headroom gates (load, memory, disk) are
+        transient, so a task held only by them keeps ``--until-idle`` waiting."""
         decisions = await self._plan()
         self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
-        return not any(d.ok for _, d in decisions)
+        return not any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions)
 
     def gate_config(self) -> GateConfig:
         c = self.cfg

@@ -12,6 +12,7 @@ stop its agent.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -53,9 +54,13 @@ TASK_COLUMNS: tuple[str, ...] = tuple(
 ATTEMPT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt) if f.name not in ("task_id", "n"))
 
 
+_counter = itertools.count()
+
+
 def new_id(prefix: str = "t") -> str:
-    """A short, roughly time-ordered id: t-<6 hex of time><4 hex random>."""
-    return f"{prefix}-{int(time.time() * 1000) & 0xFFFFFFFF:08x}{secrets.token_hex(2)}"
+    """A short, roughly time-ordered, unique id: <prefix>-<8 hex of ms><2 hex counter><4 hex random>."""
+    n = next(_counter) & 0xFF
+    return f"{prefix}-{int(time.time() * 1000) & 0xFFFFFFFF:08x}{n:02x}{secrets.token_hex(2)}"
 
 
 def spec_to_json(spec: TaskSpec) -> str:

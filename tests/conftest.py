@@ -1,0 +1,8 @@
+"""Test configuration: tests import helpers from tests/helpers.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))

@@ -1,0 +1,164 @@
+"""Whole flows through the real `fleet-tui` command in subprocesses (issue 2's required tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import by_name, fleet, fleet_bg, pid_alive, status, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _write_tasks(path: Path, n: int, out: Path) -> None:
+    lines = ['[defaults]', 'coder = "shell"', f'command = "echo $FLEET_TASK_ID >> {out}"', ""]
+    for i in range(n):
+        lines += ["[[task]]", f'name = "t{i:03d}"', f'prompt = "task {i}"', ""]
+    path.write_text("\n".join(lines))
+
+
+def test_eight_processes_drain_500_tasks_exactly_once(tmp_path: Path) -> None:
+    home, out, tasks = tmp_path / "home", tmp_path / "out.txt", tmp_path / "tasks.toml"
+    _write_tasks(tasks, 500, out)
+    fleet(home, "load", str(tasks))
+    procs = [fleet_bg(home, "run", "--until-idle", "--max-concurrent", "4", log=tmp_path / f"run{i}.log")
+             for i in range(8)]
+    for p in procs:
+        assert p.wait(timeout=280) == 0
+    st = status(home)
+    assert len(st) == 500
+    assert Counter(t["status"] for t in st) == {"done": 500}
+    ids = out.read_text().split()
+    counts = Counter(ids)
+    assert len(ids) == 500, f"{len(ids)} lines for 500 tasks"
+    assert set(counts) == {t["id"] for t in st}
+    assert max(counts.values()) == 1
+
+
+def test_kill9_supervisor_then_restart_adopts_without_second_agent(tmp_path: Path) -> None:
+    home, log = tmp_path / "home", tmp_path / "side.txt"
+    for i in range(4):
+        fleet(home, "add", f"adopt {i}", "--name", f"a{i}", "--cwd", str(tmp_path),
+              "--command", f"echo start $FLEET_TASK_NAME >> {log}; sleep 4; echo end $FLEET_TASK_NAME >> {log}")
+    run1 = fleet_bg(home, "run", "--max-concurrent", "4", log=tmp_path / "run1.log")
+    wait_for(lambda: log.exists() and log.read_text().count("start") == 4, 30, what="four agents started")
+    running = [t for t in status(home) if t["status"] == "running"]
+    assert len(running) == 4
+    os.kill(run1.pid, signal.SIGKILL)
+    run1.wait(timeout=10)
+    # the agents keep running under their shims while no supervisor exists
+    run2 = fleet_bg(home, "run", "--until-idle", "--max-concurrent", "4", log=tmp_path / "run2.log")
+    assert run2.wait(timeout=60) == 0, (tmp_path / "run2.log").read_text()
+    text = log.read_text().split("\n")
+    for i in range(4):
+        assert text.count(f"start a{i}") == 1, text
+        assert text.count(f"end a{i}") == 1, text
+    st = by_name(home)
+    assert {t["status"] for t in st.values()} == {"done"}
+    assert all(t["attempt"] == 1 for t in st.values())
+
+
+def test_kill_stops_sigterm_ignoring_agent_and_setsid_grandchild(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    fleet(home, "config", "set", "kill_grace_s", "2")
+    pidfile = tmp_path / "escapee.pid"
+    fleet(home, "add", f"@sim ignore-sigterm\n@sim escape={pidfile} seconds=300\n@sim sleep=300",
+          "--coder", "sim", "--name", "stubborn", "--cwd", str(tmp_path))
+    run = fleet_bg(home, "run", log=tmp_path / "run.log")
+    try:
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, what="the escapee's pid")
+        grandchild = int(pidfile.read_text())
+        t = by_name(home)["stubborn"]
+        shim_info = json.loads((home / "tasks" / t["id"] / "attempts" / "1" / "shim.json").read_text())
+        tree = [shim_info["pid"], shim_info["agent_pid"], grandchild]
+        tree += [c.pid for c in psutil.Process(shim_info["pid"]).children(recursive=True)]
+        assert os.getsid(grandchild) != os.getsid(shim_info["agent_pid"])  # it really escaped
+        started = time.monotonic()
+        fleet(home, "kill", "stubborn")
+        wait_for(lambda: not any(pid_alive(p) for p in tree), 2 + 2, interval=0.05,
+                 what="every process of the tree to be gone")
+        assert time.monotonic() - started <= 2 + 2 + 1.0
+        st = by_name(home)["stubborn"]
+        assert st["status"] == "needs_human" and st["reason"] == "killed_by_user"
+    finally:
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=30)
+
+
+def test_garbage_invalid_utf8_huge_and_unterminated_lines(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    fleet(home, "add", "@sim garbage=20 invalid-utf8 huge=10M no-final-newline\n@sim say=the-end",
+          "--coder", "sim", "--name", "noisy", "--cwd", str(tmp_path))
+    fleet(home, "config", "set", "max_line_bytes", str(1 << 20))
+    fleet(home, "add", "@sim huge=3M\n@sim say=after-the-huge-line", "--coder", "sim", "--name", "capped",
+          "--cwd", str(tmp_path))
+    run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    peak = 0
+    while run.poll() is None:
+        try:
+            peak = max(peak, psutil.Process(run.pid).memory_info().rss)
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    assert run.returncode == 0, (tmp_path / "run.log").read_text()
+    st = by_name(home)
+    assert st["noisy"]["status"] == "done", st["noisy"]
+    evs = [json.loads(line) for line in fleet(home, "logs", "noisy", "--json").stdout.splitlines()]
+    kinds = Counter(e["kind"] for e in evs)
+    assert kinds["result"] == 1 and kinds["text"] >= 5
+    assert any("\ufffd" in (e.get("text") or "") for e in evs), "invalid UTF-8 became replacement chars"
+    assert any(e["kind"] == "text" and e.get("text") == "the-end" for e in evs)
+    # the last line had no newline and still arrived: the result is the last event
+    assert evs[-1]["kind"] == "result"
+    capped = [json.loads(line) for line in fleet(home, "logs", "capped", "--json").stdout.splitlines()]
+    assert [e for e in capped if e["kind"] == "oversized"], "a line over the cap became an oversized event"
+    assert any(e.get("text") == "after-the-huge-line" for e in capped)
+    raw = fleet(home, "logs", "capped", "--raw").stdout
+    assert len(raw) > 3 << 20  # the raw output keeps the whole line
+    assert peak < 400 << 20, f"supervisor peaked at {peak >> 20} MiB"
+
+
+BROKEN = {
+    "unknown_key": ('[[task]]\nname = "a"\nprompt = "x"\npriorty = 3\n', 4, "priorty"),
+    "duplicate": ('[[task]]\nname = "a"\nprompt = "x"\n\n[[task]]\nname = "a"\nprompt = "y"\n', 6, "duplicate"),
+    "dangling": ('[[task]]\nname = "a"\nprompt = "x"\ndepends_on = ["ghost"]\n', 4, "ghost"),
+    "cycle": ('[[task]]\nname = "a"\nprompt = "x"\ndepends_on = ["b"]\n\n'
+              '[[task]]\nname = "b"\nprompt = "y"\ndepends_on = ["a"]\n', 0, "cycl"),
+    "bad_toml": ('[[task]]\nname = "a"\nprompt = "x\n', 3, ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_task_files_report_file_line_and_queue_nothing(tmp_path: Path, case: str) -> None:
+    home = tmp_path / "home"
+    text, line, needle = BROKEN[case]
+    f = tmp_path / "tasks.toml"
+    f.write_text(text)
+    v = fleet(home, "validate", str(f), check=False)
+    assert v.returncode == 1
+    first = v.stderr.splitlines()[0]
+    assert first.startswith(f"{f}:"), v.stderr
+    if line:
+        assert f"{f}:{line}:" in v.stderr, v.stderr
+    assert needle.lower() in v.stderr.lower()
+    ld = fleet(home, "load", str(f), check=False)
+    assert ld.returncode == 1
+    assert "nothing queued" in ld.stderr
+    assert status(home) == []
+
+
+def test_engine_and_coders_import_no_ui() -> None:
+    code = ("import sys, fleet_tui.scheduler.engine, fleet_tui.scheduler.runner, fleet_tui.scheduler.shim, "
+            "fleet_tui.scheduler.sqlite_store, fleet_tui.coders.base, fleet_tui.coders.sim, fleet_tui.coders.shell, "
+            "fleet_tui.coders.claude, fleet_tui.coders.codex, fleet_tui.coders.opencode, fleet_tui.coders.gemini\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
