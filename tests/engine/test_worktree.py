@@ -407,6 +407,7 @@ def test_sweep(repo: Path, root: Path, tmp_path: Path) -> None:
     fresh = root / ".merge-new-1111"
     git(repo, "worktree", "add", "-q", "--detach", str(fresh), "main")
     subprocess.run(["rm", "-rf", str(vanished.path)], check=True)
+    before = snapshot(repo)
 
     report = wt.sweep(root, keep=lambda name: name == "alive")
 
@@ -422,6 +423,7 @@ def test_sweep(repo: Path, root: Path, tmp_path: Path) -> None:
     assert str(clean.path) not in listed and str(vanished.path) not in listed
     assert str(outside.path) in listed and str(dirty.path) in listed
     assert git(repo, "rev-parse", "--verify", "fleet/clean")  # the branch stays
+    assert snapshot(repo) == before and git(repo, "status", "--porcelain") == ""
     assert wt.sweep(tmp_path / "no-such-root", keep=lambda _: False) == wt.SweepReport((), (), ())
 
 
