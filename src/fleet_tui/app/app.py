@@ -101,36 +101,31 @@ class FleetApp(App[None]):
         self._painted = False
         self._quitting = False
         self.bells = 0
+        # the panes live on the main screen; keep references (app.query_one would search
+        # whichever screen is on top, e.g. the detail screen)
+        self.header = FleetHeader(id="header")
+        self.filter_input = FilterInput(placeholder="filter: words, state:running, coder:claude", id="filter")
+        self.queue = QueueTable(id="queue")
+        self.queue_pane = Vertical(self.filter_input, self.queue, id="queue-pane")
+        self.stream = StreamLog(id="stream")
+        self.inbox = Inbox(id="inbox")
+        self.gauges = GaugesPane(id="gauges")
 
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
-        yield FleetHeader(id="header")
+        yield self.header
         with Horizontal(id="top"):
-            with Vertical(id="queue-pane"):
-                yield FilterInput(placeholder="filter: words, state:running, coder:claude", id="filter")
-                yield QueueTable(id="queue")
-            yield StreamLog(id="stream")
+            yield self.queue_pane
+            yield self.stream
         with Horizontal(id="bottom"):
-            yield Inbox(id="inbox")
-            yield GaugesPane(id="gauges")
+            yield self.inbox
+            yield self.gauges
         yield Footer(compact=True, show_command_palette=False)
 
-    @property
-    def queue(self) -> QueueTable:
-        return self.query_one("#queue", QueueTable)
-
-    @property
-    def stream(self) -> StreamLog:
-        return self.query_one("#stream", StreamLog)
-
-    @property
-    def inbox(self) -> Inbox:
-        return self.query_one("#inbox", Inbox)
-
     def on_mount(self) -> None:
-        self.query_one("#filter", Input).display = False
-        self.query_one("#queue-pane").border_title = "Queue"
+        self.filter_input.display = False
+        self.queue_pane.border_title = "Queue"
         self.stream.border_title = "Stream"
         self.pull()
         self._painted = True
@@ -150,6 +145,8 @@ class FleetApp(App[None]):
 
     def pull(self) -> None:
         """Take a snapshot and bring every pane up to date (only changed cells are written)."""
+        if self._quitting:
+            return
         try:
             snap = self.engine.snapshot()
         except Exception as exc:
@@ -162,7 +159,7 @@ class FleetApp(App[None]):
         self.tasks = tasks
         pending = {q.id: q for q in snap.questions if q.status == "pending"}
         for qid, q in self.questions.items():  # asked after the snapshot was taken
-            if qid not in pending and q.asked_at > snap.taken_at:
+            if qid not in pending and q.asked_at >= snap.taken_at:
                 pending[qid] = q
         self.snap = snap
         self._set_questions(pending)
@@ -172,18 +169,16 @@ class FleetApp(App[None]):
         now = self.clock()
         self.queue.sync(self.tasks.values(), now, self.asking)
         self._retitle_queue()
-        self.query_one("#header", FleetHeader).show(
-            self.fleet_title, self._snap_now(), len(self.questions), now
-        )
-        self.query_one("#gauges", GaugesPane).show(self.snap, now)
+        self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
+        self.gauges.show(self.snap, now)
 
     def _snap_now(self) -> Snapshot:
         return replace(self.snap, tasks=tuple(self.tasks.values()))
 
     def _retitle_queue(self) -> None:
         shown, total = self.queue.row_count, len(self.tasks)
-        pane = self.query_one("#queue-pane")
-        flt = self.query_one("#filter", Input).value.strip()
+        pane = self.queue_pane
+        flt = self.filter_input.value.strip()
         pane.border_title = f"Queue ({shown} of {total} · {flt})" if flt else f"Queue ({total})"
 
     def _set_questions(self, pending: dict[str, Question]) -> None:
@@ -256,9 +251,7 @@ class FleetApp(App[None]):
             self._retitle_stream(selected)
         if changed or questions_changed:
             self._retitle_queue()
-            self.query_one("#header", FleetHeader).show(
-                self.fleet_title, self._snap_now(), len(self.questions), now
-            )
+            self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
         if self.stream.task_id is None and self.queue.row_count:
             self._follow(self.queue.selected_id)
 
@@ -434,7 +427,7 @@ class FleetApp(App[None]):
         self.push_screen(HelpScreen(self.help_sections()))
 
     def action_filter(self) -> None:
-        flt = self.query_one("#filter", Input)
+        flt = self.filter_input
         flt.display = True
         flt.focus()
 

@@ -114,16 +114,47 @@ def validate_new_task(
         verify=verify,
         source="cockpit",
     )
-    shared = _shared_validator()
-    if shared is not None:
-        try:
-            problems = shared(spec)
-        except TypeError:
-            problems = None  # a different signature than expected: our own checks stand
-        for problem in _as_messages(problems):
-            key = next((k for k, _, _ in FIELDS if problem.startswith(k)), "prompt")
-            errors.setdefault(key, problem)
+    for problem in shared_problems(spec, existing_names):
+        errors.setdefault(field_of(problem), problem)
     return FormResult(None, errors) if errors else FormResult(spec)
+
+
+#: the order in which a shared validator's message is attributed to a field
+_FIELD_WORDS: tuple[tuple[str, str], ...] = (
+    ("depends_on", "depends_on"),
+    ("git_ref", "git_ref"),
+    ("cwd", "cwd"),
+    ("coder", "coder"),
+    ("model", "model"),
+    ("priority", "priority"),
+    ("verify", "verify"),
+    ("name", "name"),
+)
+
+
+def field_of(problem: str) -> str:
+    """Which form field a shared validator's message is about (the prompt when unclear)."""
+    return next((key for word, key in _FIELD_WORDS if word in problem), "prompt")
+
+
+def known_coders() -> list[str]:
+    """Coder names from the ``fleet_tui.coders`` entry points (metadata only, nothing imported)."""
+    from importlib.metadata import entry_points
+
+    return sorted({ep.name for ep in entry_points(group="fleet_tui.coders")})
+
+
+def shared_problems(spec: TaskSpec, existing_names: Collection[str]) -> list[str]:
+    """The task file's own checks (``taskfile.validate_spec``), when that module is available."""
+    shared = _shared_validator()
+    coders = known_coders()
+    if shared is None or not coders:
+        return []
+    try:
+        problems = shared(spec, known_coders=coders, existing_names=existing_names)
+    except TypeError:
+        return []  # a different signature than expected: our own checks stand
+    return _as_messages(problems)
 
 
 def _as_messages(problems: object) -> list[str]:

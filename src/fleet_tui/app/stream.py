@@ -50,7 +50,11 @@ class StreamLog(RichLog):
             self._filling = False
             return
         self._filling = True
-        self.run_worker(self._fill(task_id, loader), exclusive=True, group="stream-fill")
+
+        async def fill() -> None:  # a callable, so a cancelled fill leaves no un-awaited coroutine
+            await self._fill(task_id, loader)
+
+        self.run_worker(fill, exclusive=True, group="stream-fill")  # type: ignore[arg-type]
 
     async def _fill(self, task_id: str, loader: Callable[[], Awaitable[list[Event]]]) -> None:
         try:

@@ -1,0 +1,331 @@
+"""Pilot tests of the panes and screens: answering questions, the filter, the new-task form,
+live updates cell by cell, the stream, help, the command palette, detail and the engine worker."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from textual.widgets import Input, OptionList, RichLog, Static
+
+from fleet_tui.app.app import FleetApp
+from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot
+from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.screens.confirm import ConfirmScreen
+from fleet_tui.screens.detail import DetailScreen
+from fleet_tui.screens.help import HelpScreen
+from fleet_tui.screens.new_task import NewTaskScreen
+
+from . import scenarios as sc
+from .helpers import type_text, wait_for
+
+pytestmark = pytest.mark.anyio
+SIZE = (80, 24)
+
+
+def rendered(widget: Static) -> str:
+    """The text a Static shows, whatever renderable it holds."""
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+def header(app: FleetApp) -> str:
+    return str(app.query_one("#header", Static).render())
+
+
+# ------------------------------------------------------------------------------------ inbox
+
+
+async def test_new_question_rings_once_and_is_answered_inline() -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    q = Question("q-9", "t-0002", 2, sc.NOW, "Use UUID or int ids?")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers, "subscription")
+        assert app.bells == 0
+        engine.push(EngineEvent(kind="question", question=q))
+        await wait_for(pilot, lambda: app.questions, "question")
+        engine.push(EngineEvent(kind="question", question=q))  # the same question again
+        app.pull()  # and the snapshot (which does not have it yet) must not drop it
+        await pilot.pause()
+        assert app.bells == 1
+        assert "1 question" in header(app)
+        assert app.queue.get_cell("t-0002", "state") == "asks a question"
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.id == "answer-input")
+        await type_text(pilot, "uuid please")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: engine.calls, "answer")
+        assert engine.calls == [("answer", ("q-9", "uuid please"))]
+        engine.push(
+            EngineEvent(kind="question", question=replace(q, status="answered", answer="uuid please"))
+        )
+        await wait_for(pilot, lambda: not app.questions, "question gone")
+        assert "question" not in header(app)
+        assert app.queue.get_cell("t-0002", "state") == "running"
+
+
+async def test_answer_with_an_option() -> None:
+    engine = sc.with_question()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.bells == 0  # questions already pending at start are not new
+        await pilot.press("a")
+        await wait_for(
+            pilot, lambda: isinstance(app.focused, OptionList) and app.focused.id == "answer-options"
+        )
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: engine.calls, "answer")
+        assert engine.calls == [("answer", ("q-0001", "Apache-2.0"))]
+
+
+async def test_answer_escape_cancels_and_empty_is_not_sent() -> None:
+    engine = sc.with_question()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a", "tab")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.id == "answer-input")
+        await pilot.press("enter")  # empty: refused
+        await pilot.pause()
+        assert engine.calls == []
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.inbox.answering is None
+        assert engine.calls == []
+
+
+async def test_answer_without_questions_says_so() -> None:
+    app = sc.make_app(sc.several_running())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a")
+        await wait_for(pilot, lambda: app._notifications)
+        assert any("No pending questions" in n.message for n in app._notifications)
+
+
+# ------------------------------------------------------------------------------------ filter
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        ("state:queued", ["t-0004"]),
+        ("user", ["t-0001", "t-0002"]),
+        ("coder:codex", ["t-0003"]),
+        ("state:run coder:claude", ["t-0002"]),
+        ("", ["t-0001", "t-0002", "t-0003", "t-0004", "t-0005"]),
+    ],
+)
+async def test_filter(text: str, ids: list[str]) -> None:
+    app = sc.make_app(sc.several_running())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("slash")
+        await type_text(pilot, text)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert [str(k.value) for k in app.queue.rows] == ids
+        await pilot.press("slash", "escape")
+        await pilot.pause()
+        assert app.queue.row_count == 5
+
+
+# ------------------------------------------------------------------------------------ new task
+
+
+async def test_new_task_validation_then_submit(tmp_path: Path) -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, NewTaskScreen), "form")
+        form = app.screen
+        assert isinstance(form, NewTaskScreen)
+        form.query_one("#f-name", Input).value = "Bad Name!"
+        form.query_one("#f-cwd", Input).value = str(tmp_path / "missing")
+        form.query_one("#f-priority", Input).value = "high"
+        form.query_one("#f-depends_on", Input).value = "user-api, nope"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+
+        def error(key: str) -> str:
+            widget = form.query_one(f"#e-{key}", Static)
+            return str(widget.render()) if widget.display else ""
+
+        assert "required" in error("prompt")
+        assert "a-z" in error("name")
+        assert "no such directory" in error("cwd")
+        assert "whole number" in error("priority")
+        assert "nope" in error("depends_on")
+        assert engine.calls == []
+
+        form.query_one("#f-prompt").focus()
+        await type_text(pilot, "Add a search endpoint")
+        form.query_one("#f-name", Input).value = "search-api"
+        form.query_one("#f-cwd", Input).value = str(tmp_path)
+        form.query_one("#f-priority", Input).value = "5"
+        form.query_one("#f-depends_on", Input).value = "user-api"
+        form.query_one("#f-verify", Input).value = "pytest -q"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: engine.calls, "add")
+        await wait_for(pilot, lambda: not isinstance(app.screen, NewTaskScreen), "form closed")
+    ((verb, (specs,)),) = engine.calls
+    assert verb == "add"
+    (spec,) = specs
+    assert spec.name == "search-api"
+    assert spec.prompt == "Add a search endpoint"
+    assert spec.cwd == str(tmp_path)
+    assert spec.priority == 5
+    assert spec.depends_on == ("user-api",)
+    assert spec.verify[0].run == "pytest -q"
+
+
+async def test_new_task_duplicate_name() -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, NewTaskScreen))
+        form = app.screen
+        form.query_one("#f-name", Input).value = "user-api"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert "already exists" in str(form.query_one("#e-name", Static).render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, NewTaskScreen))
+        assert engine.calls == []
+
+
+# ------------------------------------------------------------------------------------ live view
+
+
+async def test_live_task_changes_update_cells_not_the_table() -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        table = app.queue
+        cleared: list[int] = []
+        table.clear = lambda *a, **k: cleared.append(1)  # type: ignore[method-assign,assignment,return-value]
+        updates: list[tuple[str, str]] = []
+        real_update = table.update_cell
+
+        def spy(row, col, value, **kw):  # type: ignore[no-untyped-def]
+            updates.append((str(getattr(row, "value", row)), str(getattr(col, "value", col))))
+            real_update(row, col, value, **kw)
+
+        table.update_cell = spy  # type: ignore[method-assign]
+        api = app.tasks["t-0002"]
+        engine.push(EngineEvent(kind="task", task=replace(api, tokens=20_000, updated_at=sc.NOW)))
+        await wait_for(pilot, lambda: table.get_cell("t-0002", "tokens") == "20k", "tokens cell")
+        assert updates == [("t-0002", "tokens")]
+        new = replace(api, id="t-0009", spec=replace(api.spec, name="late-task"), status=TaskStatus.QUEUED)
+        engine.push(EngineEvent(kind="task", task=new))
+        await wait_for(pilot, lambda: table.row_count == 6, "new row")
+        snap = engine.snapshot()
+        engine.set_snapshot(Snapshot(taken_at=sc.NOW, tasks=snap.tasks[1:], gauges=snap.gauges))
+        app.pull()
+        await pilot.pause()
+        assert "t-0001" not in [str(k.value) for k in table.rows]
+        assert cleared == []
+
+
+async def test_stream_fills_then_follows_live_without_duplicates() -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        await pilot.press("down")  # user-api
+        await wait_for(pilot, lambda: app.stream.flushes, "fill")
+        filled = len(app.stream.lines)
+        assert filled == 10
+        old = engine.events_by_task["t-0002"][-1]
+        engine.push(
+            EngineEvent(kind="event", event=old),  # already shown by the fill
+            EngineEvent(kind="event", event=Event("t-0002", 2, 10, sc.NOW, "text", text="live line")),
+            EngineEvent(kind="event", event=Event("t-0003", 1, 1, sc.NOW, "text", text="other task")),
+        )
+        await pilot.pause()
+        app.stream.flush()
+        assert len(app.stream.lines) == filled + 1
+        assert "live line" in app.stream.lines[-1].text
+        assert all("other task" not in line.text for line in app.stream.lines)
+
+
+async def test_gauges_and_notice_events() -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        g = replace(engine.snapshot().gauges, paused=True)
+        engine.push(EngineEvent(kind="gauges", gauges=g), EngineEvent(kind="notice", text="lost 3 batches"))
+        await wait_for(pilot, lambda: app.snap.gauges.paused)
+        app.refresh_views()
+        assert "PAUSED" in header(app)
+        assert any("lost 3 batches" in n.message for n in app._notifications)
+
+
+async def test_engine_runs_as_a_worker() -> None:
+    started: list[bool] = []
+
+    async def run_engine() -> None:
+        started.append(True)
+
+    app = sc.make_app(sc.empty(), run_engine=run_engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: started, "engine worker")
+        assert any(w.group == "engine" for w in app.workers) or started
+
+
+# ------------------------------------------------------------------------------------ screens
+
+
+async def test_help_lists_every_binding() -> None:
+    app = sc.make_app(sc.several_running())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert isinstance(app.screen, HelpScreen)
+        listed = {(key, text) for _, rows in app.screen.sections for key, text in rows}
+        keys = {key for key, _ in listed}
+        assert {"n", "k", "p", "P", "r", "c", "m", "s", "/", "?", "q", "g", "G", "a", "⏎"} <= keys
+        for key, _, description in app.action_table():
+            assert (key, description) in listed
+        assert {"ctrl+p", "tab / shift+tab"} <= keys
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+async def test_command_palette_runs_actions() -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await type_text(pilot, "kill")
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "kill confirm from palette")
+
+
+async def test_detail_screen_and_log_search() -> None:
+    engine = sc.parked()
+    app = sc.make_app(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen), "detail")
+        screen = app.screen
+        assert isinstance(screen, DetailScreen)
+        log = screen.query_one("#log", RichLog)
+        await wait_for(pilot, lambda: screen.events, "events")
+        assert "verify_failed" in rendered(screen.query_one("#overview", Static))
+        assert "1 failed, 12 passed" in rendered(screen.query_one("#attempts", Static))
+        assert "def refund(x: int)" in rendered(screen.query_one("#diff", Static))
+        await pilot.press("slash")  # shows the log tab and focuses the search
+        await wait_for(pilot, lambda: len(log.lines) == 5, "log")
+        await type_text(pilot, "refund")
+        await pilot.pause()
+        assert len(log.lines) == 2
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, DetailScreen))
