@@ -1,8 +1,1 @@
-"""Test configuration: tests import helpers from tests/helpers.py."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
+"""Test configuration. `pythonpath` in pyproject.toml makes `helpers` and `tests.fakeapi` importable."""

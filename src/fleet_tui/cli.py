@@ -476,13 +476,13 @@ def cmd_mcp(ctx: Ctx) -> int:
 
 
 def cmd_cockpit(ctx: Ctx) -> int:
-    from fleet_tui.app.launch import run_cockpit
+    from fleet_tui.launcher import run_cockpit
 
     return run_cockpit(ctx, attach=bool(getattr(ctx.args, "attach", False)))
 
 
 def cmd_demo(ctx: Ctx) -> int:
-    from fleet_tui.app.launch import run_demo
+    from fleet_tui.launcher import run_demo
 
     return run_demo(ctx)
 

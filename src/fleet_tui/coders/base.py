@@ -138,6 +138,9 @@ class BaseCoder:
     name: ClassVar[str] = "base"
     program: ClassVar[str | None] = None
     install_hint: ClassVar[str] = ""
+    #: each model is its own rate-limit account (the simulated agent uses it to show one account
+    #: limited while another keeps running); real CLIs share one account per coder
+    per_model_accounts: ClassVar[bool] = False
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {}
@@ -191,6 +194,14 @@ def _load_registry() -> dict[str, type]:
                 continue
         _REGISTRY = reg
     return _REGISTRY
+
+
+def account_of(coder_name: str, model: str | None) -> str:
+    """The rate-limit account a task's attempts count against."""
+    cls = _load_registry().get(coder_name)
+    if cls is not None and getattr(cls, "per_model_accounts", False) and model:
+        return f"{coder_name}:{model}"
+    return coder_name
 
 
 def coder_names() -> list[str]:

@@ -24,6 +24,7 @@ class SimCoder(BaseCoder):
     """``python -m fleet_tui.coders.sim_agent`` with the prompt on stdin."""
 
     name: ClassVar[str] = "sim"
+    per_model_accounts: ClassVar[bool] = True
     program: ClassVar[str | None] = None
     install_hint: ClassVar[str] = "built in: nothing to install"
 

@@ -146,11 +146,25 @@ class Plan:
         return n + 1  # the closing summary
 
 
-def parse(prompt: str, model: str | None = None) -> Plan:
-    """The plan for a prompt: every ``@sim`` line's settings and actions, in order."""
+def parse(prompt: str, model: str | None = None, attempt: int | None = None) -> Plan:
+    """The plan for a prompt: every ``@sim`` line's settings and actions, in order.
+
+    ``@sim:N ...`` applies only on attempt N and ``@sim:N+ ...`` from attempt N on (``attempt``
+    None: every line applies)."""
     plan, seen = Plan(model=model or Plan.model), False
     for raw in prompt.splitlines():
         line = raw.strip()
+        if line.startswith("@sim:"):
+            head, _, rest = line.partition(" ")
+            cond = head[5:]
+            try:
+                n = int(cond.rstrip("+"))
+            except ValueError:
+                plan.warnings.append(f"bad attempt condition {head!r} ignored")
+                continue
+            if attempt is not None and not (attempt == n or (cond.endswith("+") and attempt >= n)):
+                continue
+            line = "@sim " + rest
         if line != "@sim" and not line.startswith(("@sim ", "@sim\t")):
             continue
         seen = True
@@ -671,7 +685,11 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a closed stdout ends us like a real CLI
-    plan = parse(read_prompt(args), os.environ.get("FLEET_SIM_MODEL"))
+    try:
+        attempt_no: int | None = int(os.environ.get("FLEET_ATTEMPT", ""))
+    except ValueError:
+        attempt_no = None
+    plan = parse(read_prompt(args), os.environ.get("FLEET_SIM_MODEL"), attempt_no)
     if plan.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for w in plan.warnings:

@@ -23,6 +23,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from fleet_tui import __version__
+from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.api import CommandResult
@@ -56,7 +57,8 @@ TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
 class Running:
     """What the engine holds for one live attempt."""
 
-    def __init__(self, task: Task, runner: AttemptRunner, attempt_dir: Path, coder: str) -> None:
+    def __init__(self, task: Task, runner: AttemptRunner, attempt_dir: Path, coder: str, account: str) -> None:
+        self.account = account
         self.task = task
         self.runner = runner
         self.dir = attempt_dir
@@ -213,7 +215,7 @@ class Engine(Controller):
                              rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
                              host_tags=self.tags, spent_today=self.store.spent_since(_midnight(now)))
             return plan(tasks, self.gate_config(), inp, self.mem, default_coder=self.cfg.default_coder,
-                        held=held)
+                        held=held, account_of=lambda t, c: account_of(c, t.model or t.spec.model))
 
         return await anyio.to_thread.run_sync(work)
 
@@ -275,7 +277,8 @@ class Engine(Controller):
                                is_asking=lambda: self._asking(tid))
         if task.status == TaskStatus.PAUSED:
             runner.paused = True
-        running = Running(task, runner, launch.dir, launch.coder_name)
+        running = Running(task, runner, launch.dir, launch.coder_name,
+                          account_of(launch.coder_name, task.model or task.spec.model))
         self.runners[tid] = running
         assert self._tg is not None
         self._tg.start_soon(self._supervise, running, launch)
@@ -294,7 +297,7 @@ class Engine(Controller):
             return
         for e in events:
             if e.rate_limit is not None:
-                rl = replace(e.rate_limit, observed_at=e.rate_limit.observed_at or self.clock())
+                rl = replace(e.rate_limit, account=r.account, observed_at=e.rate_limit.observed_at or self.clock())
                 blocked = rl.resets_at if rl.status == "rejected" and rl.resets_at else None
                 await anyio.to_thread.run_sync(self.store.put_rate_limit, rl, blocked)
         ru = r.runner
@@ -335,14 +338,14 @@ class Engine(Controller):
         task = fresh
         if r.peak_mem:
             self.mem.record(r.coder, r.peak_mem)
-        v = decide(task, res, self.policy(), now, self._rl_strikes.get(r.coder, 0))
+        v = decide(task, res, self.policy(), now, self._rl_strikes.get(r.account, 0))
         att_fields: dict[str, Any] = {"ended_at": now, "exit_code": res.exit_code, "outcome": v.outcome,
                                       "detail": res.stop_detail or res.outcome.detail,
                                       "cost_usd": res.cost_usd or 0.0, "tokens": res.tokens}
         if v.block_account_until:
-            self._rl_strikes[r.coder] = self._rl_strikes.get(r.coder, 0) + 1
+            self._rl_strikes[r.account] = self._rl_strikes.get(r.account, 0) + 1
         elif v.outcome == "success":
-            self._rl_strikes.pop(r.coder, None)
+            self._rl_strikes.pop(r.account, None)
         verify_out = None
         if v.verify:
             moved = await anyio.to_thread.run_sync(lambda: self.store.transition(
@@ -386,7 +389,7 @@ class Engine(Controller):
             from fleet_tui.scheduler.model import RateLimit
 
             await anyio.to_thread.run_sync(self.store.put_rate_limit, RateLimit(
-                account=r.coder, status="rejected", resets_at=v.block_account_until, observed_at=self.clock()),
+                account=r.account, status="rejected", resets_at=v.block_account_until, observed_at=self.clock()),
                 v.block_account_until)
         await anyio.to_thread.run_sync(self.store.close_questions, task.id, "cancelled", self.clock())
         self.publish_task(new)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -132,7 +132,8 @@ def _rate_limit_gate(coder: str, cfg: GateConfig, inp: GateInputs) -> Decision |
     return None
 
 
-def decide(task: Task, coder: str, cfg: GateConfig, inp: GateInputs, mem: MemoryModel) -> Decision:
+def decide(task: Task, coder: str, cfg: GateConfig, inp: GateInputs, mem: MemoryModel,
+           account: str | None = None) -> Decision:
     """The first failing gate's reason, or ``Decision(ok=True)``. Order: ``GATE_ORDER``.
 
     ``coder`` is the task's resolved coder (``resolve_coder``). The gate does not look at the
@@ -148,7 +149,7 @@ def decide(task: Task, coder: str, cfg: GateConfig, inp: GateInputs, mem: Memory
             f"daily budget spent: ${inp.spent_today:.2f} of ${cfg.budget_usd_daily:.2f}",
             _next_local_midnight(inp.now),
         )
-    rate = _rate_limit_gate(coder, cfg, inp)
+    rate = _rate_limit_gate(account or coder, cfg, inp)
     if rate is not None:
         return rate
     hr = inp.headroom
@@ -196,6 +197,7 @@ def plan(
     *,
     default_coder: str,
     held: Mapping[str, str] | None = None,
+    account_of: Callable[[Task, str], str] | None = None,
 ) -> list[tuple[Task, Decision]]:
     """Simulate admission of every queued task in claim order, starting nothing.
 
@@ -217,7 +219,8 @@ def plan(
             out.append((task, Decision(False, f"waits until {hhmm(nb)}", nb)))
             continue
         coder = resolve_coder(task, default_coder)
-        decision = decide(task, coder, cfg, state, mem)
+        account = account_of(task, coder) if account_of is not None else coder
+        decision = decide(task, coder, cfg, state, mem, account)
         out.append((task, decision))
         if decision.ok:
             hr = state.headroom

@@ -1,0 +1,158 @@
+"""Starting the cockpit: the engine inside the app (``fleet-tui``), an attached view
+(``fleet-tui --attach``), or the demo on a fresh temporary home (``fleet-tui demo``).
+
+This is the only module that puts the engine and the Textual app together; the engine itself never
+imports Textual.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEMO_TASKS = r"""
+# The demo fleet: every task runs the built-in simulated agent (coder "sim").
+[defaults]
+coder = "sim"
+max_retries = 2
+
+[[task]]
+name = "scaffold"
+priority = 10
+prompt = '''Create the project skeleton.
+@sim steps=6 pace=0.7
+@sim write=README.md text="# demo project\n"
+'''
+  [[task.verify]]
+  run = "test -f README.md"
+
+[[task]]
+name = "user-schema"
+depends_on = ["scaffold"]
+prompt = '''Add a users table migration with email and created_at.
+@sim steps=6 pace=0.8
+@sim write=schema.sql text="create table users (email text, created_at timestamp);\n"
+'''
+
+[[task]]
+name = "docs-pass"
+priority = 5
+prompt = '''Add license headers to the docs.
+@sim steps=2 pace=0.6
+@sim ask="Which license header should new files carry?" options=MIT,Apache-2.0
+@sim steps=3 pace=0.6
+@sim write=LICENSE-NOTE.md text="License header chosen by a person.\n"
+'''
+
+[[task]]
+name = "flaky-tests"
+priority = 4
+prompt = '''Make the test suite pass.
+@sim steps=4 pace=0.6
+@sim append=attempts.log text="attempt\n"
+'''
+  [[task.verify]]
+  run = "test $(wc -l < attempts.log) -ge 2"
+
+[[task]]
+name = "api-client"
+priority = 3
+model = "sim-b"    # the sim coder treats each model as its own rate-limit account
+prompt = '''Generate the API client.
+@sim:1 steps=2 pace=0.5
+@sim:1 rate-limit=40
+@sim:2+ steps=4 pace=0.6
+@sim:2+ write=client.py text="# generated client\n"
+'''
+
+[[task]]
+name = "search-index"
+depends_on = ["user-schema"]
+prompt = '''Build the search index over users.
+@sim steps=5 pace=0.8
+'''
+
+[[task]]
+name = "long-refactor"
+priority = 1
+prompt = '''Refactor the storage layer (a long job).
+@sim steps=200 pace=1.5 context=150000
+'''
+"""
+
+DEMO_CONFIG = """# demo home: short retry backoff so the retry is visible quickly
+default_coder = "sim"
+max_concurrent = 4
+retry_backoff_s = [3.0]
+max_load_per_core = 50.0
+mem_floor_gib = 0.2
+disk_floor_gib = 0.2
+"""
+
+
+def seed_demo(home: Path) -> Path:
+    """Write the demo config and tasks into ``home`` and queue them; returns the tasks file."""
+    import time
+
+    from fleet_tui.coders.base import coder_names
+    from fleet_tui.scheduler.store import open_store
+    from fleet_tui.taskfile import load_taskfile
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(DEMO_CONFIG)
+    work = home / "project"
+    work.mkdir(exist_ok=True)
+    tasks = work / "tasks.toml"
+    tasks.write_text(DEMO_TASKS)
+    res = load_taskfile(tasks, known_coders=coder_names())
+    if not res.ok:  # a bug in the demo itself
+        raise RuntimeError("demo tasks do not validate:\n" + "\n".join(map(str, res.errors)))
+    store = open_store(None, str(home))
+    store.add_tasks(list(res.specs), time.time())
+    store.close()
+    return tasks
+
+
+def _app(engine: Any, *, title: str, on_quit: str, run_engine: Any, base_dir: str) -> Any:
+    from fleet_tui.app.app import FleetApp
+
+    return FleetApp(engine, title=title, on_quit=on_quit, run_engine=run_engine,  # type: ignore[arg-type]
+                    base_dir=base_dir)
+
+
+def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> int:
+    """The cockpit on ``ctx``'s home and store (engine inside unless ``attach``)."""
+    if not sys.stdout.isatty() and not os.environ.get("FLEET_FORCE_TUI"):
+        print("fleet-tui: the cockpit needs a terminal; use `fleet-tui run` for a headless engine, "
+              "`fleet-tui status` to look", file=sys.stderr)
+        return 1
+    cfg = ctx.cfg
+    store = ctx.store
+    if attach:
+        from fleet_tui.scheduler.view import AttachedView
+
+        view = AttachedView(store, ctx.home, cfg)
+        app = _app(view, title=f"{title} (attached)", on_quit="leave", run_engine=view.run, base_dir=os.getcwd())
+    else:
+        from fleet_tui.scheduler.engine import Engine
+
+        engine = Engine(store, ctx.home, cfg, config_path=ctx.config_path)
+        app = _app(engine, title=title, on_quit=cfg.on_quit, run_engine=engine.run, base_dir=os.getcwd())
+    app.run()
+    return 0
+
+
+def run_demo(ctx: Any) -> int:
+    """The cockpit on a fresh temporary home seeded with the demo tasks."""
+    home = Path(tempfile.mkdtemp(prefix="fleet-demo-"))
+    seed_demo(home)
+    ctx.home = home
+    ctx._cfg = None
+    ctx._store = None
+    ctx.args.store = None
+    os.environ.pop("FLEET_STORE", None)
+    print(f"fleet-tui demo: home {home}", file=sys.stderr)
+    return run_cockpit(ctx, title="fleet-tui demo")

@@ -1,0 +1,159 @@
+"""A read-and-command view of a store whose engine runs elsewhere (``fleet-tui --attach``).
+
+It implements the same EngineAPI as the engine, so the cockpit cannot tell the difference: the
+snapshot is rebuilt from the store about once a second, new events of live tasks are polled and
+published in batches, and commands go through the store (the ``commands`` table reaches the
+engine that owns a task). It runs no agent and holds no process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from fleet_tui.config import Config
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.bus import Bus
+from fleet_tui.scheduler.control import Controller, hostname
+from fleet_tui.scheduler.headroom import GIB
+from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Gauges, Snapshot, Transition
+from fleet_tui.scheduler.states import ACTIVE
+from fleet_tui.scheduler.store import Store
+
+
+def midnight(now: float) -> float:
+    lt = time.localtime(now)
+    return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def build_snapshot(store: Store, cfg: Config, now: float, *, load: float | None = None,
+                   mem: int | None = None, disk: float | None = None) -> Snapshot:
+    """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
+    reading of its own machine, else from the freshest host row."""
+    tasks = tuple(store.list_tasks())
+    rls = tuple(rl for rl, _ in store.rate_limits())
+    hosts = tuple(store.hosts())
+    live = [h for h in hosts if now - h.heartbeat < 60]
+    if load is None and mem is None and live:
+        h = max(live, key=lambda h: h.heartbeat)
+        load, mem, disk = h.load, h.mem_available, h.disk_free
+    g = Gauges(running=sum(1 for t in tasks if t.status in ACTIVE), max_concurrent=cfg.max_concurrent,
+               paused=store.get_setting("fleet_paused") == "1", load_per_core=load, mem_available=mem,
+               mem_floor=int(cfg.mem_floor_gib * GIB), disk_free=int(disk) if disk is not None else None,
+               rate_limits=rls, hosts=len(live) or len(hosts), budget_usd=cfg.budget_usd_daily,
+               budget_spent_usd=store.spent_since(midnight(now)))
+    return Snapshot(taken_at=now, tasks=tasks, questions=tuple(store.pending_questions()), hosts=hosts, gauges=g)
+
+
+class AttachedView(Controller):
+    """EngineAPI for a cockpit on a store whose engines run elsewhere."""
+
+    def __init__(self, store: Store, home: Path, cfg: Config, *, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(store, actor=f"cockpit@{hostname()}", clock=clock)
+        self.home = home
+        self.cfg = cfg
+        self.bus = Bus()
+        self._snapshot = Snapshot(taken_at=clock())
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._stop = False
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:  # type: ignore[override]
+        async for batch in self.bus.subscribe():
+            yield batch
+
+    async def refresh(self) -> None:
+        old = {t.id: t for t in self._snapshot.tasks}
+        oldq = {q.id for q in self._snapshot.questions}
+        snap = await anyio.to_thread.run_sync(lambda: build_snapshot(self.store, self.cfg, self.clock()))
+        self._snapshot = snap
+        out: list[EngineEvent] = [EngineEvent(kind="task", task=t) for t in snap.tasks if old.get(t.id) != t]
+        out += [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
+        out.append(EngineEvent(kind="gauges", gauges=snap.gauges))
+        self.bus.publish(out)
+
+    async def poll_events(self) -> None:
+        live = [t for t in self._snapshot.tasks if t.status in ACTIVE or t.id in self._seen]
+
+        def work() -> list[Event]:
+            got: list[Event] = []
+            for t in live:
+                after = self._seen.get(t.id)
+                if after is None:
+                    last = self.store.last_events(t.id, 1)
+                    self._seen[t.id] = (last[-1].attempt, last[-1].seq) if last else (0, -1)
+                    continue
+                evs = self.store.events(t.id, after=after, limit=2000)
+                if evs:
+                    self._seen[t.id] = (evs[-1].attempt, evs[-1].seq)
+                    got.extend(evs)
+                if t.status not in ACTIVE and not evs:
+                    self._seen.pop(t.id, None)
+            return got
+
+        evs = await anyio.to_thread.run_sync(work)
+        if evs:
+            self.bus.publish([EngineEvent(kind="event", event=e) for e in evs])
+
+    async def run(self) -> None:
+        """Keep the view fresh until ``shutdown``."""
+        n = 0
+        while not self._stop:
+            if n % 5 == 0:
+                await self.refresh()
+            await self.poll_events()
+            n += 1
+            await anyio.sleep(0.2)
+        self.bus.close()
+
+    async def shutdown(self, leave_running: bool) -> None:
+        self._stop = True
+
+    async def merge(self, ref: str) -> CommandResult:
+        from fleet_tui.scheduler.launch import merge_task
+
+        return await merge_task(self, ref)
+
+    async def set_config(self, key: str, value: str) -> CommandResult:
+        from fleet_tui.config import ConfigError, load_config, set_value
+
+        path = self.home / "config.toml"
+        try:
+            await anyio.to_thread.run_sync(set_value, path, key, value)
+            self.cfg = await anyio.to_thread.run_sync(load_config, path)
+        except ConfigError as e:
+            return CommandResult(False, str(e))
+        return CommandResult(True, f"{key} = {value} (engines reload it within a second)")
+
+    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is None:
+            return []
+        if attempt is None:
+            return await anyio.to_thread.run_sync(self.store.last_events, task.id, limit)
+        return await anyio.to_thread.run_sync(lambda: self.store.events(task.id, attempt, limit=limit))
+
+    async def attempts(self, ref: str) -> list[Attempt]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return [] if task is None else await anyio.to_thread.run_sync(self.store.attempts, task.id)
+
+    async def transitions(self, ref: str) -> list[Transition]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
+
+    async def diff(self, ref: str) -> str:
+        from fleet_tui.scheduler.launch import task_diff
+
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is None:
+            return f"no task {ref!r}"
+        return await anyio.to_thread.run_sync(task_diff, self.home, task)
+
+    def __getattr__(self, name: str) -> Any:  # pragma: no cover - helpful error for missing API
+        raise AttributeError(f"AttachedView has no {name!r}")
