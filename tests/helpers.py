@@ -34,23 +34,49 @@ def quiet_home(home: Path) -> Path:
     return home
 
 
-def fleet(home: Path, *args: str, check: bool = True, timeout: float = 120, cwd: Path | None = None,
-          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def fleet(
+    home: Path,
+    *args: str,
+    check: bool = True,
+    timeout: float = 120,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run `fleet-tui --home HOME ARGS...` to completion."""
     quiet_home(home)
-    p = subprocess.run([*FLEET, "--home", str(home), *args], capture_output=True, text=True, timeout=timeout,
-                       cwd=cwd, env=env or fleet_env(home), stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [*FLEET, "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env or fleet_env(home),
+        stdin=subprocess.DEVNULL,
+    )
     if check and p.returncode != 0:
-        raise AssertionError(f"fleet-tui {' '.join(args)} exited {p.returncode}\nstdout:{p.stdout}\nstderr:{p.stderr}")
+        raise AssertionError(
+            f"fleet-tui {' '.join(args)} exited {p.returncode}\nstdout:{p.stdout}\nstderr:{p.stderr}"
+        )
     return p
 
 
-def fleet_bg(home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-             log: Path | None = None) -> subprocess.Popen[bytes]:
+def fleet_bg(
+    home: Path,
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> subprocess.Popen[bytes]:
     quiet_home(home)
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen([*FLEET, "--home", str(home), *args], cwd=cwd, env=env or fleet_env(home),
-                            stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    return subprocess.Popen(
+        [*FLEET, "--home", str(home), *args],
+        cwd=cwd,
+        env=env or fleet_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=out,
+    )
 
 
 def status(home: Path) -> list[dict[str, Any]]:
@@ -62,7 +88,9 @@ def by_name(home: Path) -> dict[str, dict[str, Any]]:
     return {t["name"]: t for t in status(home)}
 
 
-def wait_for(cond: Callable[[], T], timeout: float = 60.0, interval: float = 0.1, what: str = "condition") -> T:
+def wait_for(
+    cond: Callable[[], T], timeout: float = 60.0, interval: float = 0.1, what: str = "condition"
+) -> T:
     """Poll ``cond`` until it returns something truthy; fail with ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
     last: Any = None

@@ -99,8 +99,11 @@ def _slug(text: str) -> str:
 def _controller(ctx: Ctx) -> Any:
     from fleet_tui.scheduler.control import ControlConfig, Controller
 
-    return Controller(ctx.store, actor="cli", cfg=ControlConfig(heartbeat_s=ctx.cfg.heartbeat_s,
-                                                                  command_timeout_s=ctx.cfg.kill_grace_s + 25))
+    return Controller(
+        ctx.store,
+        actor="cli",
+        cfg=ControlConfig(heartbeat_s=ctx.cfg.heartbeat_s, command_timeout_s=ctx.cfg.kill_grace_s + 25),
+    )
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -111,14 +114,25 @@ def cmd_add(ctx: Ctx) -> int:
     a = ctx.args
     coder = a.coder or ("shell" if a.command else None)
     spec = TaskSpec(
-        name=a.name or _slug(a.prompt), prompt=a.prompt, cwd=str(Path(a.cwd).resolve()), coder=coder,
-        model=a.model, command=a.command, git_ref=a.git_ref, priority=a.priority, depends_on=tuple(a.after),
-        max_retries=a.max_retries, verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
-        timeout_min=a.timeout_min, budget_usd=a.budget_usd, source="fleet-tui add",
+        name=a.name or _slug(a.prompt),
+        prompt=a.prompt,
+        cwd=str(Path(a.cwd).resolve()),
+        coder=coder,
+        model=a.model,
+        command=a.command,
+        git_ref=a.git_ref,
+        priority=a.priority,
+        depends_on=tuple(a.after),
+        max_retries=a.max_retries,
+        verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
+        timeout_min=a.timeout_min,
+        budget_usd=a.budget_usd,
+        source="fleet-tui add",
     )
     names, available = _coder_tools()
-    problems = validate_spec(spec, known_coders=names, existing_names=ctx.store.task_names(),
-                             coder_available=available)
+    problems = validate_spec(
+        spec, known_coders=names, existing_names=ctx.store.task_names(), coder_available=available
+    )
     if problems:
         raise UserError("cannot add the task:\n" + "\n".join(f"  {p}" for p in problems))
     res = anyio.run(_controller(ctx).add, [spec])
@@ -187,10 +201,14 @@ def cmd_run(ctx: Ctx) -> int:
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
+
             async def on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
                     async for _ in sigs:
-                        print("fleet-tui: stopping; agents are stopped and their tasks requeued", file=sys.stderr)
+                        print(
+                            "fleet-tui: stopping; agents are stopped and their tasks requeued",
+                            file=sys.stderr,
+                        )
                         await engine.shutdown(leave_running=ctx.cfg.on_quit == "leave")
                         return
 
@@ -219,14 +237,34 @@ def _elapsed(t: Any, now: float) -> float | None:
 
 def task_json(t: Any, now: float) -> dict[str, Any]:
     return {
-        "id": t.id, "name": t.name, "status": t.status.value, "reason": t.reason, "waiting": t.waiting,
-        "asking": t.asking, "attempt": t.attempt, "retries_used": t.retries_used, "handoffs": t.handoffs,
-        "false_completions": t.false_completions, "priority": t.spec.priority,
-        "depends_on": list(t.spec.depends_on), "coder": t.coder or t.spec.coder, "model": t.model or t.spec.model,
-        "host": t.host, "owner": t.owner, "created_at": t.created_at, "started_at": t.started_at,
-        "finished_at": t.finished_at, "elapsed_s": _elapsed(t, now), "tokens": t.tokens, "cost_usd": t.cost_usd,
-        "context_tokens": t.context_tokens, "context_window": t.context_window, "branch": t.branch,
-        "worktree": t.worktree, "workdir": t.workdir, "merged_commit": t.merged_commit,
+        "id": t.id,
+        "name": t.name,
+        "status": t.status.value,
+        "reason": t.reason,
+        "waiting": t.waiting,
+        "asking": t.asking,
+        "attempt": t.attempt,
+        "retries_used": t.retries_used,
+        "handoffs": t.handoffs,
+        "false_completions": t.false_completions,
+        "priority": t.spec.priority,
+        "depends_on": list(t.spec.depends_on),
+        "coder": t.coder or t.spec.coder,
+        "model": t.model or t.spec.model,
+        "host": t.host,
+        "owner": t.owner,
+        "created_at": t.created_at,
+        "started_at": t.started_at,
+        "finished_at": t.finished_at,
+        "elapsed_s": _elapsed(t, now),
+        "tokens": t.tokens,
+        "cost_usd": t.cost_usd,
+        "context_tokens": t.context_tokens,
+        "context_window": t.context_window,
+        "branch": t.branch,
+        "worktree": t.worktree,
+        "workdir": t.workdir,
+        "merged_commit": t.merged_commit,
         "result_text": t.result_text,
     }
 
@@ -268,8 +306,10 @@ def cmd_status(ctx: Ctx) -> int:
     w = max(len(t.name) for t in tasks)
     for t in tasks:
         coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
-        print(f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {_fmt_dur(_elapsed(t, now)):>7}  a{t.attempt}  "
-              f"{coder:<14} {_why(t)}".rstrip())
+        print(
+            f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {_fmt_dur(_elapsed(t, now)):>7}  a{t.attempt}  "
+            f"{coder:<14} {_why(t)}".rstrip()
+        )
     return 0
 
 
@@ -381,9 +421,24 @@ def cmd_questions(ctx: Ctx) -> int:
     qs = ctx.store.pending_questions()
     names = {t.id: t.name for t in ctx.store.list_tasks()}
     if ctx.args.json:
-        print(json.dumps([{"id": q.id, "task_id": q.task_id, "task": names.get(q.task_id), "attempt": q.attempt,
-                           "asked_at": q.asked_at, "text": q.text, "options": list(q.options),
-                           "status": q.status} for q in qs], indent=1))
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": q.id,
+                        "task_id": q.task_id,
+                        "task": names.get(q.task_id),
+                        "attempt": q.attempt,
+                        "asked_at": q.asked_at,
+                        "text": q.text,
+                        "options": list(q.options),
+                        "status": q.status,
+                    }
+                    for q in qs
+                ],
+                indent=1,
+            )
+        )
         return 0
     if not qs:
         print("no pending questions")
@@ -441,8 +496,10 @@ def cmd_hosts(ctx: Ctx) -> int:
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"
         disk = format_gib(h.disk_free) if h.disk_free is not None else "?"
         load = f"{h.load:.2f}" if h.load is not None else "?"
-        print(f"{h.name}  {state}  cores {h.cores}  load/core {load}  mem {mem}  disk {disk}  "
-              f"running {h.running}  tags {','.join(h.tags) or '-'}  v{h.version}")
+        print(
+            f"{h.name}  {state}  cores {h.cores}  load/core {load}  mem {mem}  disk {disk}  "
+            f"running {h.running}  tags {','.join(h.tags) or '-'}  v{h.version}"
+        )
     return 0
 
 
@@ -489,10 +546,16 @@ def cmd_demo(ctx: Ctx) -> int:
 
 # -- parser -------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleet-tui", description="Run many coding agents in parallel from one queue.")
+    p = argparse.ArgumentParser(
+        prog="fleet-tui", description="Run many coding agents in parallel from one queue."
+    )
     p.add_argument("--home", help="state folder (default $FLEET_HOME, else ~/.local/state/fleet-tui)")
-    p.add_argument("--store", help="store URL (postgresql://... or sqlite:///path); default: fleet.db in the home")
-    p.add_argument("--attach", action="store_true", help="open the cockpit on a store whose engine runs elsewhere")
+    p.add_argument(
+        "--store", help="store URL (postgresql://... or sqlite:///path); default: fleet.db in the home"
+    )
+    p.add_argument(
+        "--attach", action="store_true", help="open the cockpit on a store whose engine runs elsewhere"
+    )
     p.add_argument("--version", action="version", version=f"fleet-tui {__version__}")
     sub = p.add_subparsers(dest="cmd")
 
@@ -552,11 +615,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {
-    "add": cmd_add, "load": cmd_load, "validate": cmd_validate, "run": cmd_run, "status": cmd_status,
-    "logs": cmd_logs, "kill": cmd_simple, "pause": cmd_simple, "resume": cmd_simple, "retry": cmd_simple,
-    "cancel": cmd_simple, "merge": cmd_simple, "questions": cmd_questions, "answer": cmd_answer,
-    "config": cmd_config, "plan": cmd_plan, "hosts": cmd_hosts, "doctor": cmd_doctor,
-    "mcp-ask-human": cmd_mcp, "demo": cmd_demo,
+    "add": cmd_add,
+    "load": cmd_load,
+    "validate": cmd_validate,
+    "run": cmd_run,
+    "status": cmd_status,
+    "logs": cmd_logs,
+    "kill": cmd_simple,
+    "pause": cmd_simple,
+    "resume": cmd_simple,
+    "retry": cmd_simple,
+    "cancel": cmd_simple,
+    "merge": cmd_simple,
+    "questions": cmd_questions,
+    "answer": cmd_answer,
+    "config": cmd_config,
+    "plan": cmd_plan,
+    "hosts": cmd_hosts,
+    "doctor": cmd_doctor,
+    "mcp-ask-human": cmd_mcp,
+    "demo": cmd_demo,
 }
 
 

@@ -119,15 +119,23 @@ def seed_demo(home: Path) -> Path:
 def _app(engine: Any, *, title: str, on_quit: str, run_engine: Any, base_dir: str) -> Any:
     from fleet_tui.app.app import FleetApp
 
-    return FleetApp(engine, title=title, on_quit=on_quit, run_engine=run_engine,  # type: ignore[arg-type]
-                    base_dir=base_dir)
+    return FleetApp(
+        engine,
+        title=title,
+        on_quit=on_quit,  # type: ignore[arg-type]
+        run_engine=run_engine,
+        base_dir=base_dir,
+    )
 
 
 def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> int:
     """The cockpit on ``ctx``'s home and store (engine inside unless ``attach``)."""
     if not sys.stdout.isatty() and not os.environ.get("FLEET_FORCE_TUI"):
-        print("fleet-tui: the cockpit needs a terminal; use `fleet-tui run` for a headless engine, "
-              "`fleet-tui status` to look", file=sys.stderr)
+        print(
+            "fleet-tui: the cockpit needs a terminal; use `fleet-tui run` for a headless engine, "
+            "`fleet-tui status` to look",
+            file=sys.stderr,
+        )
         return 1
     cfg = ctx.cfg
     store = ctx.store
@@ -135,7 +143,9 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
         from fleet_tui.scheduler.view import AttachedView
 
         view = AttachedView(store, ctx.home, cfg)
-        app = _app(view, title=f"{title} (attached)", on_quit="leave", run_engine=view.run, base_dir=os.getcwd())
+        app = _app(
+            view, title=f"{title} (attached)", on_quit="leave", run_engine=view.run, base_dir=os.getcwd()
+        )
     else:
         from fleet_tui.scheduler.engine import Engine
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from helpers import by_name, fleet, fleet_bg, pid_alive, status, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def _write_tasks(path: Path, n: int, out: Path) -> None:
-    lines = ['[defaults]', 'coder = "shell"', f'command = "echo $FLEET_TASK_ID >> {out}"', ""]
+    lines = ["[defaults]", 'coder = "shell"', f'command = "echo $FLEET_TASK_ID >> {out}"', ""]
     for i in range(n):
         lines += ["[[task]]", f'name = "t{i:03d}"', f'prompt = "task {i}"', ""]
     path.write_text("\n".join(lines))
@@ -29,8 +30,10 @@ def test_eight_processes_drain_500_tasks_exactly_once(tmp_path: Path) -> None:
     home, out, tasks = tmp_path / "home", tmp_path / "out.txt", tmp_path / "tasks.toml"
     _write_tasks(tasks, 500, out)
     fleet(home, "load", str(tasks))
-    procs = [fleet_bg(home, "run", "--until-idle", "--max-concurrent", "4", log=tmp_path / f"run{i}.log")
-             for i in range(8)]
+    procs = [
+        fleet_bg(home, "run", "--until-idle", "--max-concurrent", "4", log=tmp_path / f"run{i}.log")
+        for i in range(8)
+    ]
     for p in procs:
         assert p.wait(timeout=280) == 0
     st = status(home)
@@ -46,8 +49,17 @@ def test_eight_processes_drain_500_tasks_exactly_once(tmp_path: Path) -> None:
 def test_kill9_supervisor_then_restart_adopts_without_second_agent(tmp_path: Path) -> None:
     home, log = tmp_path / "home", tmp_path / "side.txt"
     for i in range(4):
-        fleet(home, "add", f"adopt {i}", "--name", f"a{i}", "--cwd", str(tmp_path),
-              "--command", f"echo start $FLEET_TASK_NAME >> {log}; sleep 4; echo end $FLEET_TASK_NAME >> {log}")
+        fleet(
+            home,
+            "add",
+            f"adopt {i}",
+            "--name",
+            f"a{i}",
+            "--cwd",
+            str(tmp_path),
+            "--command",
+            f"echo start $FLEET_TASK_NAME >> {log}; sleep 4; echo end $FLEET_TASK_NAME >> {log}",
+        )
     run1 = fleet_bg(home, "run", "--max-concurrent", "4", log=tmp_path / "run1.log")
     wait_for(lambda: log.exists() and log.read_text().count("start") == 4, 30, what="four agents started")
     running = [t for t in status(home) if t["status"] == "running"]
@@ -70,8 +82,17 @@ def test_kill_stops_sigterm_ignoring_agent_and_setsid_grandchild(tmp_path: Path)
     home = tmp_path / "home"
     fleet(home, "config", "set", "kill_grace_s", "2")
     pidfile = tmp_path / "escapee.pid"
-    fleet(home, "add", f"@sim ignore-sigterm\n@sim escape={pidfile} seconds=300\n@sim sleep=300",
-          "--coder", "sim", "--name", "stubborn", "--cwd", str(tmp_path))
+    fleet(
+        home,
+        "add",
+        f"@sim ignore-sigterm\n@sim escape={pidfile} seconds=300\n@sim sleep=300",
+        "--coder",
+        "sim",
+        "--name",
+        "stubborn",
+        "--cwd",
+        str(tmp_path),
+    )
     run = fleet_bg(home, "run", log=tmp_path / "run.log")
     try:
         wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, what="the escapee's pid")
@@ -83,8 +104,12 @@ def test_kill_stops_sigterm_ignoring_agent_and_setsid_grandchild(tmp_path: Path)
         assert os.getsid(grandchild) != os.getsid(shim_info["agent_pid"])  # it really escaped
         started = time.monotonic()
         fleet(home, "kill", "stubborn")
-        wait_for(lambda: not any(pid_alive(p) for p in tree), 2 + 2, interval=0.05,
-                 what="every process of the tree to be gone")
+        wait_for(
+            lambda: not any(pid_alive(p) for p in tree),
+            2 + 2,
+            interval=0.05,
+            what="every process of the tree to be gone",
+        )
         assert time.monotonic() - started <= 2 + 2 + 1.0
         st = by_name(home)["stubborn"]
         assert st["status"] == "needs_human" and st["reason"] == "killed_by_user"
@@ -95,11 +120,29 @@ def test_kill_stops_sigterm_ignoring_agent_and_setsid_grandchild(tmp_path: Path)
 
 def test_garbage_invalid_utf8_huge_and_unterminated_lines(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    fleet(home, "add", "@sim garbage=20 invalid-utf8 huge=10M no-final-newline\n@sim say=the-end",
-          "--coder", "sim", "--name", "noisy", "--cwd", str(tmp_path))
+    fleet(
+        home,
+        "add",
+        "@sim garbage=20 invalid-utf8 huge=10M no-final-newline\n@sim say=the-end",
+        "--coder",
+        "sim",
+        "--name",
+        "noisy",
+        "--cwd",
+        str(tmp_path),
+    )
     fleet(home, "config", "set", "max_line_bytes", str(1 << 20))
-    fleet(home, "add", "@sim huge=3M\n@sim say=after-the-huge-line", "--coder", "sim", "--name", "capped",
-          "--cwd", str(tmp_path))
+    fleet(
+        home,
+        "add",
+        "@sim huge=3M\n@sim say=after-the-huge-line",
+        "--coder",
+        "sim",
+        "--name",
+        "capped",
+        "--cwd",
+        str(tmp_path),
+    )
     run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
     peak = 0
     while run.poll() is None:
@@ -128,10 +171,18 @@ def test_garbage_invalid_utf8_huge_and_unterminated_lines(tmp_path: Path) -> Non
 
 BROKEN = {
     "unknown_key": ('[[task]]\nname = "a"\nprompt = "x"\npriorty = 3\n', 4, "priorty"),
-    "duplicate": ('[[task]]\nname = "a"\nprompt = "x"\n\n[[task]]\nname = "a"\nprompt = "y"\n', 6, "duplicate"),
+    "duplicate": (
+        '[[task]]\nname = "a"\nprompt = "x"\n\n[[task]]\nname = "a"\nprompt = "y"\n',
+        6,
+        "duplicate",
+    ),
     "dangling": ('[[task]]\nname = "a"\nprompt = "x"\ndepends_on = ["ghost"]\n', 4, "ghost"),
-    "cycle": ('[[task]]\nname = "a"\nprompt = "x"\ndepends_on = ["b"]\n\n'
-              '[[task]]\nname = "b"\nprompt = "y"\ndepends_on = ["a"]\n', 0, "cycl"),
+    "cycle": (
+        '[[task]]\nname = "a"\nprompt = "x"\ndepends_on = ["b"]\n\n'
+        '[[task]]\nname = "b"\nprompt = "y"\ndepends_on = ["a"]\n',
+        0,
+        "cycl",
+    ),
     "bad_toml": ('[[task]]\nname = "a"\nprompt = "x\n', 3, ""),
 }
 
@@ -156,9 +207,12 @@ def test_broken_task_files_report_file_line_and_queue_nothing(tmp_path: Path, ca
 
 
 def test_engine_and_coders_import_no_ui() -> None:
-    code = ("import sys, fleet_tui.scheduler.engine, fleet_tui.scheduler.runner, fleet_tui.scheduler.shim, "
-            "fleet_tui.scheduler.sqlite_store, fleet_tui.coders.base, fleet_tui.coders.sim, fleet_tui.coders.shell, "
-            "fleet_tui.coders.claude, fleet_tui.coders.codex, fleet_tui.coders.opencode, fleet_tui.coders.gemini\n"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
-            "assert not bad, bad\n")
+    engine = ("engine", "runner", "shim", "sqlite_store", "view", "launch")
+    coders = ("base", "sim", "shell", "claude", "codex", "opencode", "gemini")
+    mods = [f"fleet_tui.scheduler.{m}" for m in engine] + [f"fleet_tui.coders.{m}" for m in coders]
+    code = (
+        f"import sys, {', '.join(mods)}\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -24,7 +24,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input
 
 from fleet_tui.app.commands import FleetCommands
-from fleet_tui.app.format import diffstat, parse_filter
+from fleet_tui.app.format import diffstat, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, QueueTable
@@ -64,9 +64,31 @@ class FleetApp(App[None]):
         Binding("slash", "filter", "filter", key_display="/"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
-        Binding("g", "top", "Top", show=False),
-        Binding("G", "bottom", "Bottom", show=False),
+        Binding("g", "top", "top", show=False),
+        Binding("G", "bottom", "bottom", show=False),
     ]
+    #: the longer wording of each action for the help screen and the command palette
+    ACTION_HELP: ClassVar[dict[str, str]] = {
+        "new_task": "New task: a form, validated before it is queued",
+        "detail": "Task detail: prompt, attempts, verifier output, diff, full log",
+        "answer": "Answer a pending question inline (the selected task's, else the inbox's)",
+        "kill": "Kill the selected task's agent (asks first; the task is parked)",
+        "pause_task": "Pause the selected task, or resume it when paused",
+        "pause_fleet": "Pause the whole fleet, or resume it when paused",
+        "retry": "Retry the selected task",
+        "cancel_task": "Cancel the selected task (asks first)",
+        "merge": "Merge the selected task's branch (asks first, shows the diffstat)",
+        "shell": "Open a shell in the selected task's working directory",
+        "filter": "Filter the queue: words, state:running, coder:claude, host:box1",
+        "help": "This help",
+        "quit": "Quit (asks whether to leave running agents or stop them)",
+        "top": "First row of the queue / top of a pane",
+        "bottom": "Last row of the queue / bottom of a pane",
+    }
+    MAIN_ACTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"new_task", "detail", "answer", "kill", "pause_task", "pause_fleet", "retry", "cancel_task",
+         "merge", "shell", "filter", "help", "top", "bottom"}
+    )  # fmt: skip
     #: keys handled by widgets (listed in the help; not app bindings)
     OTHER_KEYS: ClassVar[list[tuple[str, str]]] = [
         ("up/down", "move in a list"),
@@ -136,6 +158,12 @@ class FleetApp(App[None]):
         if self.run_engine is not None:
             self.run_worker(self.run_engine(), exclusive=False, group="engine", exit_on_error=False)
         self.run_worker(self._consume(), exclusive=False, group="subscribe", exit_on_error=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Cockpit keys act on the queue's selection, so they work only on the main screen
+        (a dialog or the detail screen on top hides them from the footer too)."""
+        on_top = self.screen is not self.screen_stack[0]
+        return not (on_top and action in self.MAIN_ACTIONS)
 
     # ------------------------------------------------------------------ engine -> view
 
@@ -274,7 +302,10 @@ class FleetApp(App[None]):
         task = self.tasks.get(task_id) if task_id else None
         if task is None:
             self.stream.border_title = "Stream"
+            self.stream.border_subtitle = ""
             return
+        state = state_text(task, task.asking or task.id in self.asking)
+        self.stream.border_subtitle = state if state != task.status.value else ""
         model = task.model or task.spec.model
         coder = task.coder or task.spec.coder or "default"
         self.stream.border_title = (
@@ -420,7 +451,7 @@ class FleetApp(App[None]):
         rows = []
         for b in self.BINDINGS:
             if isinstance(b, Binding):
-                rows.append((b.key_display or b.key, b.action, b.description))
+                rows.append((b.key_display or b.key, b.action, self.ACTION_HELP.get(b.action, b.description)))
         return rows
 
     def action_help(self) -> None:

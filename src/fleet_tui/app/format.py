@@ -32,16 +32,17 @@ GLYPHS: dict[str, str] = {
 #: the queue's columns: (key, label, width). Widths are the defaults at 80 columns.
 QUEUE_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("glyph", " ", 1),
-    ("name", "name", 13),
-    ("state", "state", 18),
+    ("name", "name", 12),
+    ("state", "state", 24),
     ("attempt", "#", 2),
     ("elapsed", "time", 6),
     ("tokens", "tok", 5),
     ("ctx", "ctx", 4),
     ("cost", "cost", 6),
-    ("coder", "coder/model", 12),
+    ("coder", "coder/model", 11),
     ("host", "host", 7),
 )
+COLUMN_WIDTHS: dict[str, int] = {key: width for key, _, width in QUEUE_COLUMNS}
 
 
 def truncate(text: str, width: int) -> str:
@@ -150,17 +151,18 @@ def coder_model(task: Task) -> str:
 def row_values(task: Task, now: float, asking: bool = False) -> dict[str, str]:
     """The queue row of a task, keyed like ``QUEUE_COLUMNS``."""
     glyph = GLYPHS["asking"] if asking else GLYPHS.get(task.status.value, "?")
+    w = COLUMN_WIDTHS
     return {
         "glyph": glyph,
-        "name": task.name,
-        "state": state_text(task, asking),
+        "name": truncate(task.name, w["name"]),
+        "state": truncate(state_text(task, asking), w["state"]),
         "attempt": str(task.attempt) if task.attempt else "-",
         "elapsed": duration(elapsed(task, now)),
         "tokens": count(task.tokens),
         "ctx": context_pct(task),
         "cost": cost(task.cost_usd),
-        "coder": coder_model(task),
-        "host": task.host or "-",
+        "coder": truncate(coder_model(task), w["coder"]),
+        "host": truncate(task.host or "-", w["host"]),
     }
 
 

@@ -61,9 +61,14 @@ class Bus:
                 batch = list(sub.items)
                 sub.items.clear()
                 if sub.dropped:
-                    batch.insert(0, EngineEvent(kind="notice",
-                                                text=f"display fell behind: {sub.dropped} events skipped "
-                                                "(all are on disk: fleet-tui logs)"))
+                    batch.insert(
+                        0,
+                        EngineEvent(
+                            kind="notice",
+                            text=f"display fell behind: {sub.dropped} events skipped "
+                            "(all are on disk: fleet-tui logs)",
+                        ),
+                    )
                     sub.dropped = 0
                 if batch:
                     yield batch

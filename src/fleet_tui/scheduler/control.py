@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -42,8 +43,9 @@ def owner_alive(store: Store, owner: str | None, now: float, stale_s: float) -> 
     info = store.engine_info(owner)
     if info is None or info.get("stopped"):
         return False
-    if info["host"] == socket.gethostname() and not shimmod.alive(int(info["pid"]),
-                                                                   int(info["pid_create_time"])):
+    if info["host"] == socket.gethostname() and not shimmod.alive(
+        int(info["pid"]), int(info["pid_create_time"])
+    ):
         return False
     return bool(info["heartbeat"] >= now - stale_s)
 
@@ -51,8 +53,14 @@ def owner_alive(store: Store, owner: str | None, now: float, stale_s: float) -> 
 class Controller:
     """Store-level commands; the Engine extends it with actions on the agents it runs."""
 
-    def __init__(self, store: Store, *, actor: str = "cli", clock: Callable[[], float] = time.time,
-                 cfg: ControlConfig | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        actor: str = "cli",
+        clock: Callable[[], float] = time.time,
+        cfg: ControlConfig | None = None,
+    ) -> None:
         self.store = store
         self.actor = actor
         self.clock = clock
@@ -83,30 +91,38 @@ class Controller:
                 fresh = await anyio.to_thread.run_sync(self.store.get_task, task.id)
                 return CommandResult(cmd.status == "done", cmd.result or verb, fresh)
             await anyio.sleep(0.05)
-        return CommandResult(False, f"{verb}: the engine owning {task.name} ({task.owner}) did not answer "
-                             f"within {self.ccfg.command_timeout_s:g}s; is it stuck? `fleet-tui hosts`")
+        return CommandResult(
+            False,
+            f"{verb}: the engine owning {task.name} ({task.owner}) did not answer "
+            f"within {self.ccfg.command_timeout_s:g}s; is it stuck? `fleet-tui hosts`",
+        )
 
     def _stop_local_shim(self, task: Task) -> None:
         """Stop the agent of a task whose engine is gone, when its shim runs on this machine."""
         att = self.store.get_attempt(task.id, task.attempt)
         if att is None or not att.dir:
             return
-        info = _read_shim(Path(att.dir))
+        info: Any = _read_shim(Path(att.dir))
         if info and shimmod.alive(int(info["pid"]), info.get("start_ticks")):
             try:
                 os.kill(int(info["pid"]), signal.SIGTERM)
             except OSError:
                 pass
 
-    def _move(self, task: Task, dst: TaskStatus, reason: str | None, **fields: object) -> Task | None:
-        return self.store.transition(task.id, dst, reason=reason, now=self.clock(), expect=[task.status],
-                                     actor=self.actor, **fields)
+    def _move(self, task: Task, dst: TaskStatus, reason: str | None, **fields: Any) -> Task | None:
+        return self.store.transition(
+            task.id, dst, reason=reason, now=self.clock(), expect=[task.status], actor=self.actor, **fields
+        )
 
-    async def _direct(self, task: Task, dst: TaskStatus, reason: str | None, **fields: object) -> CommandResult:
+    async def _direct(
+        self, task: Task, dst: TaskStatus, reason: str | None, **fields: object
+    ) -> CommandResult:
         try:
             new = await anyio.to_thread.run_sync(lambda: self._move(task, dst, reason, **fields))
         except IllegalTransition as e:
-            return CommandResult(False, f"{task.name} is {task.status.value}: cannot move it to {dst.value} ({e})")
+            return CommandResult(
+                False, f"{task.name} is {task.status.value}: cannot move it to {dst.value} ({e})"
+            )
         except StoreError as e:
             return CommandResult(False, str(e))
         if new is None:
@@ -120,7 +136,9 @@ class Controller:
     async def _get(self, ref: str) -> Task | CommandResult:
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is None:
-            return CommandResult(False, f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)")
+            return CommandResult(
+                False, f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)"
+            )
         return task
 
     async def _on_running(self, task: Task, verb: str) -> CommandResult | None:
@@ -175,8 +193,16 @@ class Controller:
         res = await self._on_running(task, "retry")
         if res is not None:
             return res
-        return await self._direct(task, TaskStatus.QUEUED, "retry by user", retries_used=0, false_completions=0,
-                                  handoffs=0, not_before=None, paused_running=0)
+        return await self._direct(
+            task,
+            TaskStatus.QUEUED,
+            "retry by user",
+            retries_used=0,
+            false_completions=0,
+            handoffs=0,
+            not_before=None,
+            paused_running=0,
+        )
 
     async def pause(self, ref: str | None) -> CommandResult:
         if ref is None:
@@ -193,7 +219,9 @@ class Controller:
             res = await self._remote(task, "pause")
             if res is not None:
                 return res
-            return CommandResult(False, f"{task.name}'s engine ({task.owner}) is not running; cannot pause its agent")
+            return CommandResult(
+                False, f"{task.name}'s engine ({task.owner}) is not running; cannot pause its agent"
+            )
         return CommandResult(False, f"{task.name} is {task.status.value}: only queued or running tasks pause")
 
     async def resume(self, ref: str | None) -> CommandResult:
@@ -209,20 +237,26 @@ class Controller:
             res = await self._remote(task, "resume")
             if res is not None:
                 return res
-            return await self._direct(task, TaskStatus.QUEUED, "resumed; its engine had stopped", paused_running=0)
+            return await self._direct(
+                task, TaskStatus.QUEUED, "resumed; its engine had stopped", paused_running=0
+            )
         return await self._direct(task, TaskStatus.QUEUED, "resumed by user")
 
     async def answer(self, question_id: str, text: str) -> CommandResult:
         q = await anyio.to_thread.run_sync(self.store.get_question, question_id)
         if q is None:
             return CommandResult(False, f"no question {question_id!r} (`fleet-tui questions` lists them)")
-        ok = await anyio.to_thread.run_sync(self.store.answer_question, question_id, text, self.actor,
-                                            self.clock())
+        ok = await anyio.to_thread.run_sync(
+            self.store.answer_question, question_id, text, self.actor, self.clock()
+        )
         if not ok:
             q = await anyio.to_thread.run_sync(self.store.get_question, question_id)
             state = q.status if q else "gone"
-            return CommandResult(False, f"question {question_id} is already {state}"
-                                 + (f" (answer: {q.answer!r})" if q and q.answer else ""))
+            return CommandResult(
+                False,
+                f"question {question_id} is already {state}"
+                + (f" (answer: {q.answer!r})" if q and q.answer else ""),
+            )
         return CommandResult(True, f"answered {question_id}")
 
 
@@ -240,8 +274,14 @@ def cascade_failure(store: Store, task: Task, now: float, actor: str | None) -> 
         cur = stack.pop()
         for dep in store.dependents(cur.id):
             if dep.status in (TaskStatus.QUEUED, TaskStatus.PAUSED) and not dep.paused_running:
-                new = store.transition(dep.id, TaskStatus.NEEDS_HUMAN, reason=f"dependency_failed:{cur.name}",
-                                       now=now, expect=[dep.status], actor=actor)
+                new = store.transition(
+                    dep.id,
+                    TaskStatus.NEEDS_HUMAN,
+                    reason=f"dependency_failed:{cur.name}",
+                    now=now,
+                    expect=[dep.status],
+                    actor=actor,
+                )
                 if new is not None:
                     out.append(new)
                     stack.append(new)
@@ -256,8 +296,14 @@ def cascade_restore(store: Store, task: Task, now: float, actor: str | None) -> 
         cur = stack.pop()
         for dep in store.dependents(cur.id):
             if dep.status == TaskStatus.NEEDS_HUMAN and (dep.reason or "") == f"dependency_failed:{cur.name}":
-                new = store.transition(dep.id, TaskStatus.QUEUED, reason=f"dependency {cur.name} retried",
-                                       now=now, expect=[TaskStatus.NEEDS_HUMAN], actor=actor)
+                new = store.transition(
+                    dep.id,
+                    TaskStatus.QUEUED,
+                    reason=f"dependency {cur.name} retried",
+                    now=now,
+                    expect=[TaskStatus.NEEDS_HUMAN],
+                    actor=actor,
+                )
                 if new is not None:
                     out.append(new)
                     stack.append(new)

@@ -44,11 +44,10 @@ from fleet_tui.scheduler.model import (
     Transition,
 )
 from fleet_tui.scheduler.outcome import Policy, after_verify, decide
-from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, read_json, write_lease
+from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, write_lease
 from fleet_tui.scheduler.states import ACTIVE, PARKED, TaskStatus
 from fleet_tui.scheduler.store import Store
 from fleet_tui.scheduler.verify import run_verifiers
-
 
 #: gate reasons that clear by themselves as agents finish
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
@@ -57,7 +56,9 @@ TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
 class Running:
     """What the engine holds for one live attempt."""
 
-    def __init__(self, task: Task, runner: AttemptRunner, attempt_dir: Path, coder: str, account: str) -> None:
+    def __init__(
+        self, task: Task, runner: AttemptRunner, attempt_dir: Path, coder: str, account: str
+    ) -> None:
         self.account = account
         self.task = task
         self.runner = runner
@@ -68,14 +69,24 @@ class Running:
 
 
 class Engine(Controller):
-    def __init__(self, store: Store, home: Path, config: Config | None = None, *, host: str | None = None,
-                 tags: Sequence[str] = (), clock: Callable[[], float] = time.time,
-                 headroom: Callable[[], Headroom] | None = None, config_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        home: Path,
+        config: Config | None = None,
+        *,
+        host: str | None = None,
+        tags: Sequence[str] = (),
+        clock: Callable[[], float] = time.time,
+        headroom: Callable[[], Headroom] | None = None,
+        config_path: Path | None = None,
+    ) -> None:
         self.cfg = config or Config()
         self.host = host or hostname()
         self.owner = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
-        super().__init__(store, actor=self.owner, clock=clock,
-                         cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s))
+        super().__init__(
+            store, actor=self.owner, clock=clock, cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s)
+        )
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
         self.bus = Bus()
@@ -98,7 +109,7 @@ class Engine(Controller):
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:  # type: ignore[override]
+    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:
         async for batch in self.bus.subscribe():
             yield batch
 
@@ -112,8 +123,14 @@ class Engine(Controller):
     # -- run ----------------------------------------------------------------------------------
     async def run(self, until_idle: bool = False) -> None:
         me = os.getpid()
-        await anyio.to_thread.run_sync(self.store.register_engine, self.owner, self.host, me,
-                                       float(shimmod.proc_start_ticks(me) or 0), self.clock())
+        await anyio.to_thread.run_sync(
+            self.store.register_engine,
+            self.owner,
+            self.host,
+            me,
+            float(shimmod.proc_start_ticks(me) or 0),
+            self.clock(),
+        )
         if self._config_path is not None:
             from fleet_tui.config import ConfigWatcher
 
@@ -150,7 +167,9 @@ class Engine(Controller):
 
     async def _hand_over(self) -> None:
         """Keep the leases of running agents alive long enough for a later engine to adopt them."""
-        until = self.clock() + getattr(self.cfg, "leave_running_h", 12.0) * 3600 if self._leave_running else None
+        until = (
+            self.clock() + getattr(self.cfg, "leave_running_h", 12.0) * 3600 if self._leave_running else None
+        )
         for r in list(self.runners.values()):
             if until is not None:
                 write_lease(r.dir, until)
@@ -161,9 +180,8 @@ class Engine(Controller):
         while not self._stopping:
             self._wake = anyio.Event()
             started = await self._admit()
-            if until_idle and not self.runners and not started:
-                if await self._nothing_startable():
-                    return
+            if until_idle and not self.runners and not started and await self._nothing_startable():
+                return
             if started:
                 continue
             with anyio.move_on_after(0.05):
@@ -193,9 +211,14 @@ class Engine(Controller):
 
     def gate_config(self) -> GateConfig:
         c = self.cfg
-        return GateConfig(max_concurrent=c.max_concurrent, rate_limit_threshold=c.rate_limit_threshold,
-                          max_load_per_core=c.max_load_per_core, mem_floor_bytes=int(c.mem_floor_gib * GIB),
-                          disk_floor_bytes=int(c.disk_floor_gib * GIB), budget_usd_daily=c.budget_usd_daily)
+        return GateConfig(
+            max_concurrent=c.max_concurrent,
+            rate_limit_threshold=c.rate_limit_threshold,
+            max_load_per_core=c.max_load_per_core,
+            mem_floor_bytes=int(c.mem_floor_gib * GIB),
+            disk_floor_bytes=int(c.disk_floor_gib * GIB),
+            budget_usd_daily=c.budget_usd_daily,
+        )
 
     async def _plan(self) -> list[tuple[Task, Any]]:
         def work() -> list[tuple[Task, Any]]:
@@ -206,16 +229,31 @@ class Engine(Controller):
             for t in tasks:
                 if t.status != TaskStatus.QUEUED or not t.spec.depends_on:
                     continue
-                waiting = [d.name for d in self.store.dependencies(t.id) if by_id.get(d.id, d).status
-                           != TaskStatus.DONE]
+                waiting = [
+                    d.name
+                    for d in self.store.dependencies(t.id)
+                    if by_id.get(d.id, d).status != TaskStatus.DONE
+                ]
                 if waiting:
                     held[t.id] = "after " + ", ".join(waiting)
-            inp = GateInputs(paused=self.store.get_setting("fleet_paused") == "1", running=len(self.runners),
-                             headroom=self._headroom or read_headroom(self.home), now=now,
-                             rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
-                             host_tags=self.tags, spent_today=self.store.spent_since(_midnight(now)))
-            return plan(tasks, self.gate_config(), inp, self.mem, default_coder=self.cfg.default_coder,
-                        held=held, account_of=lambda t, c: account_of(c, t.model or t.spec.model))
+            inp = GateInputs(
+                paused=self.store.get_setting("fleet_paused") == "1",
+                running=len(self.runners),
+                headroom=self._headroom or read_headroom(self.home),
+                now=now,
+                rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
+                host_tags=self.tags,
+                spent_today=self.store.spent_since(_midnight(now)),
+            )
+            return plan(
+                tasks,
+                self.gate_config(),
+                inp,
+                self.mem,
+                default_coder=self.cfg.default_coder,
+                held=held,
+                account_of=lambda t, c: account_of(c, t.model or t.spec.model),
+            )
 
         return await anyio.to_thread.run_sync(work)
 
@@ -223,17 +261,26 @@ class Engine(Controller):
         if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
             return False
         decisions = await self._plan()
-        await anyio.to_thread.run_sync(self.store.set_waiting,
-                                       {t.id: (None if d.ok else d.reason) for t, d in decisions})
+        await anyio.to_thread.run_sync(
+            self.store.set_waiting, {t.id: (None if d.ok else d.reason) for t, d in decisions}
+        )
         started = False
         for t, d in decisions:
             if not d.ok or len(self.runners) >= self.cfg.max_concurrent or self._stopping:
                 continue
             now = self.clock()
             task = await anyio.to_thread.run_sync(
-                lambda t=t, now=now: self.store.claim(self.owner, self.host, self.tags, now, self.cfg.lease_s,
-                                                      self.cfg.default_coder, self.cfg.default_model,
-                                                      only_task=t.id))
+                lambda t=t, now=now: self.store.claim(  # type: ignore[misc]
+                    self.owner,
+                    self.host,
+                    self.tags,
+                    now,
+                    self.cfg.lease_s,
+                    self.cfg.default_coder,
+                    self.cfg.default_model,
+                    only_task=t.id,
+                )
+            )
             if task is None:
                 continue  # another engine took it, or it changed
             started = True
@@ -246,9 +293,17 @@ class Engine(Controller):
         try:
             launch = await anyio.to_thread.run_sync(lambda: prepare_attempt(self, task))
         except LaunchError as e:
-            new = await anyio.to_thread.run_sync(lambda: self.store.transition(
-                task.id, TaskStatus.NEEDS_HUMAN, reason=f"never_started: {e}", now=self.clock(),
-                owner=self.owner, attempt=task.attempt))
+            why = f"never_started: {e}"
+            new = await anyio.to_thread.run_sync(
+                lambda: self.store.transition(
+                    task.id,
+                    TaskStatus.NEEDS_HUMAN,
+                    reason=why,
+                    now=self.clock(),
+                    owner=self.owner,
+                    attempt=task.attempt,
+                )
+            )
             self.publish_task(new)
             if new is not None:
                 await self._cascade(new)
@@ -270,15 +325,31 @@ class Engine(Controller):
         async def sink(events: list[Event], offset: int) -> None:
             await self._sink(tid, n, events, offset)
 
-        runner = AttemptRunner(task_id=tid, attempt=n, attempt_dir=launch.dir, coder=launch.coder,
-                               limits=limits, offset=launch.offset, next_seq=launch.next_seq,
-                               popen=launch.popen, shim_pid=launch.shim_pid, shim_ticks=launch.shim_ticks,
-                               sink=sink, clock=self.clock, started_at=launch.started_at,
-                               is_asking=lambda: self._asking(tid))
+        runner = AttemptRunner(
+            task_id=tid,
+            attempt=n,
+            attempt_dir=launch.dir,
+            coder=launch.coder,
+            limits=limits,
+            offset=launch.offset,
+            next_seq=launch.next_seq,
+            popen=launch.popen,
+            shim_pid=launch.shim_pid,
+            shim_ticks=launch.shim_ticks,
+            sink=sink,
+            clock=self.clock,
+            started_at=launch.started_at,
+            is_asking=lambda: self._asking(tid),
+        )
         if task.status == TaskStatus.PAUSED:
             runner.paused = True
-        running = Running(task, runner, launch.dir, launch.coder_name,
-                          account_of(launch.coder_name, task.model or task.spec.model))
+        running = Running(
+            task,
+            runner,
+            launch.dir,
+            launch.coder_name,
+            account_of(launch.coder_name, task.model or task.spec.model),
+        )
         self.runners[tid] = running
         assert self._tg is not None
         self._tg.start_soon(self._supervise, running, launch)
@@ -297,7 +368,9 @@ class Engine(Controller):
             return
         for e in events:
             if e.rate_limit is not None:
-                rl = replace(e.rate_limit, account=r.account, observed_at=e.rate_limit.observed_at or self.clock())
+                rl = replace(
+                    e.rate_limit, account=r.account, observed_at=e.rate_limit.observed_at or self.clock()
+                )
                 blocked = rl.resets_at if rl.status == "rejected" and rl.resets_at else None
                 await anyio.to_thread.run_sync(self.store.put_rate_limit, rl, blocked)
         ru = r.runner
@@ -312,7 +385,8 @@ class Engine(Controller):
             changes["context_window"] = ru.context_window
         if changes:
             new = await anyio.to_thread.run_sync(
-                lambda: self.store.update_task(tid, owner=self.owner, attempt=n, **changes))
+                lambda: self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
+            )
             if new is None:
                 ru.stop("lease_lost", "another engine owns this task now")
             else:
@@ -339,18 +413,30 @@ class Engine(Controller):
         if r.peak_mem:
             self.mem.record(r.coder, r.peak_mem)
         v = decide(task, res, self.policy(), now, self._rl_strikes.get(r.account, 0))
-        att_fields: dict[str, Any] = {"ended_at": now, "exit_code": res.exit_code, "outcome": v.outcome,
-                                      "detail": res.stop_detail or res.outcome.detail,
-                                      "cost_usd": res.cost_usd or 0.0, "tokens": res.tokens}
+        att_fields: dict[str, Any] = {
+            "ended_at": now,
+            "exit_code": res.exit_code,
+            "outcome": v.outcome,
+            "detail": res.stop_detail or res.outcome.detail,
+            "cost_usd": res.cost_usd or 0.0,
+            "tokens": res.tokens,
+        }
         if v.block_account_until:
             self._rl_strikes[r.account] = self._rl_strikes.get(r.account, 0) + 1
         elif v.outcome == "success":
             self._rl_strikes.pop(r.account, None)
         verify_out = None
         if v.verify:
-            moved = await anyio.to_thread.run_sync(lambda: self.store.transition(
-                task.id, TaskStatus.VERIFYING, reason=None, now=self.clock(), owner=self.owner,
-                attempt=task.attempt))
+            moved = await anyio.to_thread.run_sync(
+                lambda: self.store.transition(
+                    task.id,
+                    TaskStatus.VERIFYING,
+                    reason=None,
+                    now=self.clock(),
+                    owner=self.owner,
+                    attempt=task.attempt,
+                )
+            )
             if moved is None:
                 return
             self.publish_task(moved)
@@ -358,11 +444,30 @@ class Engine(Controller):
             vr = await anyio.to_thread.run_sync(lambda: run_verifiers(task.spec.verify, workdir))
             verify_out = vr.output or None
             if vr.output:
-                await self._sink(task.id, task.attempt, [Event(
-                    task_id=task.id, attempt=task.attempt, seq=r.runner.normalizer_seq(), ts=self.clock(),
-                    kind="verify", text=vr.output, is_error=not vr.passed)], r.runner.offset)
-            v = after_verify(moved, vr.passed, vr.label, res.outcome.claimed_success or res.exit_code == 0,
-                             self.policy(), self.clock())
+                await self._sink(
+                    task.id,
+                    task.attempt,
+                    [
+                        Event(
+                            task_id=task.id,
+                            attempt=task.attempt,
+                            seq=r.runner.normalizer_seq(),
+                            ts=self.clock(),
+                            kind="verify",
+                            text=vr.output,
+                            is_error=not vr.passed,
+                        )
+                    ],
+                    r.runner.offset,
+                )
+            v = after_verify(
+                moved,
+                vr.passed,
+                vr.label,
+                res.outcome.claimed_success or res.exit_code == 0,
+                self.policy(),
+                self.clock(),
+            )
             task = moved
             att_fields["outcome"] = v.outcome
             att_fields["verify_output"] = verify_out
@@ -382,15 +487,31 @@ class Engine(Controller):
             fields["result_text"] = res.outcome.result_text or res.last_text
         if res.cost_usd is not None:
             fields["cost_usd"] = (task.cost_usd if task.attempt_started_at else 0.0) or res.cost_usd
-        new = await anyio.to_thread.run_sync(lambda: self.store.transition(
-            task.id, v.status, reason=v.reason, now=self.clock(), owner=self.owner, attempt=task.attempt,
-            **fields))
+        status = v.status
+        new = await anyio.to_thread.run_sync(
+            lambda: self.store.transition(
+                task.id,
+                status,
+                reason=v.reason,
+                now=self.clock(),
+                owner=self.owner,
+                attempt=task.attempt,
+                **fields,
+            )
+        )
         if v.block_account_until:
             from fleet_tui.scheduler.model import RateLimit
 
-            await anyio.to_thread.run_sync(self.store.put_rate_limit, RateLimit(
-                account=r.account, status="rejected", resets_at=v.block_account_until, observed_at=self.clock()),
-                v.block_account_until)
+            await anyio.to_thread.run_sync(
+                self.store.put_rate_limit,
+                RateLimit(
+                    account=r.account,
+                    status="rejected",
+                    resets_at=v.block_account_until,
+                    observed_at=self.clock(),
+                ),
+                v.block_account_until,
+            )
         await anyio.to_thread.run_sync(self.store.close_questions, task.id, "cancelled", self.clock())
         self.publish_task(new)
         if new is not None:
@@ -408,12 +529,17 @@ class Engine(Controller):
         from fleet_tui.scheduler.control import cascade_failure
 
         if task.status in PARKED:
-            for t in await anyio.to_thread.run_sync(cascade_failure, self.store, task, self.clock(), self.owner):
+            for t in await anyio.to_thread.run_sync(
+                cascade_failure, self.store, task, self.clock(), self.owner
+            ):
                 self.publish_task(t)
 
     def policy(self) -> Policy:
-        return Policy(max_retries=self.cfg.max_retries, retry_backoff_s=tuple(self.cfg.retry_backoff_s),
-                      max_handoffs=self.cfg.max_handoffs)
+        return Policy(
+            max_retries=self.cfg.max_retries,
+            retry_backoff_s=tuple(self.cfg.retry_backoff_s),
+            max_handoffs=self.cfg.max_handoffs,
+        )
 
     # -- housekeeping: heartbeat, leases, headroom, config, snapshot ---------------------------
     async def _housekeeping_loop(self) -> None:
@@ -443,7 +569,7 @@ class Engine(Controller):
         for r in list(self.runners.values()):
             pid = r.runner.shim_pid
             if pid:
-                m = await anyio.to_thread.run_sync(lambda pid=pid: tree_memory(pid, include_root=False))
+                m = await anyio.to_thread.run_sync(tree_memory, pid)
                 if m:
                     r.peak_mem = max(r.peak_mem, m)
         await self._refresh_snapshot()
@@ -454,22 +580,41 @@ class Engine(Controller):
         def work() -> Snapshot:
             now = self.clock()
             h = self._headroom
-            host = Host(name=self.host, heartbeat=now, cores=h.cores if h else 0,
-                        load=h.load_per_core if h else None, mem_available=h.mem_available if h else None,
-                        disk_free=h.disk_free if h else None, running=len(self.runners), tags=self.tags,
-                        version=__version__)
+            host = Host(
+                name=self.host,
+                heartbeat=now,
+                cores=h.cores if h else 0,
+                load=h.load_per_core if h else None,
+                mem_available=h.mem_available if h else None,
+                disk_free=h.disk_free if h else None,
+                running=len(self.runners),
+                tags=self.tags,
+                version=__version__,
+            )
             self.store.upsert_host(host)
             tasks = tuple(self.store.list_tasks())
             rls = tuple(rl for rl, _ in self.store.rate_limits())
             hosts = tuple(self.store.hosts())
-            g = Gauges(running=sum(1 for t in tasks if t.status in ACTIVE), max_concurrent=self.cfg.max_concurrent,
-                       paused=self.store.get_setting("fleet_paused") == "1",
-                       load_per_core=h.load_per_core if h else None, mem_available=h.mem_available if h else None,
-                       mem_floor=int(self.cfg.mem_floor_gib * GIB), disk_free=h.disk_free if h else None,
-                       rate_limits=rls, hosts=len(hosts), budget_usd=self.cfg.budget_usd_daily,
-                       budget_spent_usd=self.store.spent_since(_midnight(now)))
-            return Snapshot(taken_at=now, tasks=tasks, questions=tuple(self.store.pending_questions()),
-                            hosts=hosts, gauges=g)
+            g = Gauges(
+                running=sum(1 for t in tasks if t.status in ACTIVE),
+                max_concurrent=self.cfg.max_concurrent,
+                paused=self.store.get_setting("fleet_paused") == "1",
+                load_per_core=h.load_per_core if h else None,
+                mem_available=h.mem_available if h else None,
+                mem_floor=int(self.cfg.mem_floor_gib * GIB),
+                disk_free=h.disk_free if h else None,
+                rate_limits=rls,
+                hosts=len(hosts),
+                budget_usd=self.cfg.budget_usd_daily,
+                budget_spent_usd=self.store.spent_since(_midnight(now)),
+            )
+            return Snapshot(
+                taken_at=now,
+                tasks=tasks,
+                questions=tuple(self.store.pending_questions()),
+                hosts=hosts,
+                gauges=g,
+            )
 
         old = {t.id: t for t in self._snapshot.tasks}
         snap = await anyio.to_thread.run_sync(work)
@@ -486,8 +631,9 @@ class Engine(Controller):
             cmds = await anyio.to_thread.run_sync(self.store.pending_commands, self.owner)
             for c in cmds:
                 res = await self._local_command(c.verb, c.task_id or "")
-                await anyio.to_thread.run_sync(self.store.finish_command, c.id, "done" if res.ok else "failed",
-                                               res.message)
+                await anyio.to_thread.run_sync(
+                    self.store.finish_command, c.id, "done" if res.ok else "failed", res.message
+                )
             await anyio.sleep(0.1)
 
     async def _local_command(self, verb: str, tid: str) -> CommandResult:
@@ -507,18 +653,34 @@ class Engine(Controller):
         if verb == "pause":
             if not r.runner.signal_agent(signal.SIGSTOP):
                 return CommandResult(False, f"{name}: its agent is not running")
-            new = await anyio.to_thread.run_sync(lambda: self.store.transition(
-                tid, TaskStatus.PAUSED, reason="paused by user", now=self.clock(), owner=self.owner,
-                attempt=r.task.attempt, paused_running=1))
+            new = await anyio.to_thread.run_sync(
+                lambda: self.store.transition(
+                    tid,
+                    TaskStatus.PAUSED,
+                    reason="paused by user",
+                    now=self.clock(),
+                    owner=self.owner,
+                    attempt=r.task.attempt,
+                    paused_running=1,
+                )
+            )
             if new:
                 r.task = new
             self.publish_task(new)
             return CommandResult(new is not None, f"{name}: paused (agent stopped with SIGSTOP)", new)
         if verb == "resume":
             r.runner.signal_agent(signal.SIGCONT)
-            new = await anyio.to_thread.run_sync(lambda: self.store.transition(
-                tid, TaskStatus.RUNNING, reason="resumed by user", now=self.clock(), owner=self.owner,
-                attempt=r.task.attempt, paused_running=0))
+            new = await anyio.to_thread.run_sync(
+                lambda: self.store.transition(
+                    tid,
+                    TaskStatus.RUNNING,
+                    reason="resumed by user",
+                    now=self.clock(),
+                    owner=self.owner,
+                    attempt=r.task.attempt,
+                    paused_running=0,
+                )
+            )
             if new:
                 r.task = new
             self.publish_task(new)

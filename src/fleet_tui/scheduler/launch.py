@@ -63,8 +63,13 @@ def load_worktree(home: Path, task_id: str) -> wt.WorktreeInfo | None:
     data = read_json(task_dir(home, task_id) / "worktree.json")
     if not data:
         return None
-    return wt.WorktreeInfo(repo_root=Path(data["repo_root"]), path=Path(data["path"]), branch=data["branch"],
-                           base_ref=data["base_ref"], base_commit=data["base_commit"])
+    return wt.WorktreeInfo(
+        repo_root=Path(data["repo_root"]),
+        path=Path(data["path"]),
+        branch=data["branch"],
+        base_ref=data["base_ref"],
+        base_commit=data["base_commit"],
+    )
 
 
 def save_worktree(home: Path, task_id: str, info: wt.WorktreeInfo) -> None:
@@ -99,8 +104,9 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     pf = wt.preflight(info)
     if not pf.ok:
         raise LaunchError(f"preflight: {pf.reason}")
-    engine.store.update_task(task.id, owner=engine.owner, attempt=task.attempt, worktree=str(info.path),
-                             branch=info.branch)
+    engine.store.update_task(
+        task.id, owner=engine.owner, attempt=task.attempt, worktree=str(info.path), branch=info.branch
+    )
     return info.path, info.branch
 
 
@@ -121,7 +127,9 @@ def _handoff_summary(engine: Engine, task: Task, workdir: Path) -> str:
             stat = wt.diffstat(info)
         except Exception:
             stat = ""
-    summary = "The previous session ran out of context. What it did, most recent last:\n" + "\n".join(lines[-40:])
+    summary = "The previous session ran out of context. What it did, most recent last:\n" + "\n".join(
+        lines[-40:]
+    )
     if stat:
         summary += f"\n\nChanges so far (diffstat against the base):\n{stat}"
     return summary + "\n\nContinue the task from where it stopped; do not redo finished work."
@@ -152,19 +160,41 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
             crashed = True
         elif prev.outcome == "context_pressure":
             handoff = _handoff_summary(engine, task, workdir)
-    prompt = build_prompt(PromptContext(task=task, attempt=task.attempt, workdir=str(workdir), branch=branch,
-                                        dependencies=deps, retry_reason=retry_reason, retry_output=retry_output,
-                                        crashed=crashed, handoff=handoff))
+    prompt = build_prompt(
+        PromptContext(
+            task=task,
+            attempt=task.attempt,
+            workdir=str(workdir),
+            branch=branch,
+            dependencies=deps,
+            retry_reason=retry_reason,
+            retry_output=retry_output,
+            crashed=crashed,
+            handoff=handoff,
+        )
+    )
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
     (adir / "prompt.txt").write_text(prompt)
     store_url = getattr(store, "url", "")
-    mcp_env = {"FLEET_HOME": str(engine.home), "FLEET_STORE": store_url, "FLEET_TASK_ID": task.id,
-               "FLEET_ATTEMPT": str(task.attempt),
-               "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60)}
-    ctx = AttemptContext(task=task, attempt=task.attempt, prompt=prompt, workdir=workdir, attempt_dir=adir,
-                         home=engine.home, model=task.model,
-                         mcp_command=(sys.executable, "-m", "fleet_tui", "mcp-ask-human"), mcp_env=mcp_env)
+    mcp_env = {
+        "FLEET_HOME": str(engine.home),
+        "FLEET_STORE": store_url,
+        "FLEET_TASK_ID": task.id,
+        "FLEET_ATTEMPT": str(task.attempt),
+        "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60),
+    }
+    ctx = AttemptContext(
+        task=task,
+        attempt=task.attempt,
+        prompt=prompt,
+        workdir=workdir,
+        attempt_dir=adir,
+        home=engine.home,
+        model=task.model,
+        mcp_command=(sys.executable, "-m", "fleet_tui", "mcp-ask-human"),
+        mcp_env=mcp_env,
+    )
     try:
         coder.prepare(ctx)
         argv = coder.argv(ctx)
@@ -175,23 +205,41 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     env = dict(os.environ)
     for k in ("FLEET_PROMPT",):
         env.pop(k, None)
-    env.update({"PWD": str(workdir), "FLEET_TASK_ID": task.id, "FLEET_TASK_NAME": task.name,
-                "FLEET_ATTEMPT": str(task.attempt), "FLEET_WORKDIR": str(workdir)})
+    env.update(
+        {
+            "PWD": str(workdir),
+            "FLEET_TASK_ID": task.id,
+            "FLEET_TASK_NAME": task.name,
+            "FLEET_ATTEMPT": str(task.attempt),
+            "FLEET_WORKDIR": str(workdir),
+        }
+    )
     env.update(dict(task.spec.env))
     env.update(extra)
     now = engine.clock()
-    store.put_attempt(Attempt(task_id=task.id, n=task.attempt, owner=engine.owner, dir=str(adir), started_at=now,
-                              prompt=prompt))
+    store.put_attempt(
+        Attempt(
+            task_id=task.id, n=task.attempt, owner=engine.owner, dir=str(adir), started_at=now, prompt=prompt
+        )
+    )
     store.update_task(task.id, owner=engine.owner, attempt=task.attempt, workdir=str(workdir))
     try:
-        popen = spawn_shim(adir, workdir, argv, env, stdin, engine.cfg.kill_grace_s,
-                           now + engine.cfg.lease_s / 2)
+        popen = spawn_shim(
+            adir, workdir, argv, env, stdin, engine.cfg.kill_grace_s, now + engine.cfg.lease_s / 2
+        )
     except OSError as e:
         raise LaunchError(f"could not start the shim: {e}") from e
     ticks = shimmod.proc_start_ticks(popen.pid)
     store.update_attempt(task.id, task.attempt, shim_pid=popen.pid, shim_create_time=float(ticks or 0))
-    return Launch(dir=adir, coder=coder, coder_name=name, popen=popen, shim_pid=popen.pid, shim_ticks=ticks,
-                  started_at=now)
+    return Launch(
+        dir=adir,
+        coder=coder,
+        coder_name=name,
+        popen=popen,
+        shim_pid=popen.pid,
+        shim_ticks=ticks,
+        started_at=now,
+    )
 
 
 def _tail_text(store: Any, task_id: str, n: int) -> str:
@@ -215,8 +263,11 @@ async def adopt(engine: Engine, t: Task) -> None:
     att = await anyio.to_thread.run_sync(store.get_attempt, t.id, t.attempt)
     info = read_json(Path(att.dir) / "shim.json") if att and att.dir else None
     if same_host and att is not None and info is not None:
-        new = await anyio.to_thread.run_sync(lambda: store.take_over(
-            t.id, t.owner, t.attempt, engine.owner, engine.host, now, engine.cfg.lease_s, False))
+        new = await anyio.to_thread.run_sync(
+            lambda: store.take_over(
+                t.id, t.owner, t.attempt, engine.owner, engine.host, now, engine.cfg.lease_s, False
+            )
+        )
         if new is None:
             return
         pid, ticks = int(info["pid"]), info.get("start_ticks")
@@ -231,27 +282,48 @@ async def adopt(engine: Engine, t: Task) -> None:
                 coder = get_coder(new.coder or engine.cfg.default_coder)
             except CoderNotFound:
                 coder = get_coder("shell")
-            launch = Launch(dir=adir, coder=coder, coder_name=new.coder or "", popen=None, shim_pid=pid,
-                            shim_ticks=ticks, offset=att.stdout_offset, next_seq=att.next_seq,
-                            started_at=att.started_at)
+            launch = Launch(
+                dir=adir,
+                coder=coder,
+                coder_name=new.coder or "",
+                popen=None,
+                shim_pid=pid,
+                shim_ticks=ticks,
+                offset=att.stdout_offset,
+                next_seq=att.next_seq,
+                started_at=att.started_at,
+            )
             engine.publish_task(new)
             engine._launch_runner(new, launch, adopted=True)
             return
         t = new
     elif not same_host or att is None or info is None:
         # a remote (or never-started) attempt: reclaim only once its lease expired
-        new = await anyio.to_thread.run_sync(lambda: store.take_over(
-            t.id, t.owner, t.attempt, engine.owner, engine.host, now, engine.cfg.lease_s,
-            not same_host))
+        new = await anyio.to_thread.run_sync(
+            lambda: store.take_over(
+                t.id, t.owner, t.attempt, engine.owner, engine.host, now, engine.cfg.lease_s, not same_host
+            )
+        )
         if new is None:
             return
         t = new
-    await anyio.to_thread.run_sync(lambda: store.update_attempt(t.id, t.attempt, outcome="crashed",
-                                                                ended_at=now, detail="supervisor lost it"))
+    await anyio.to_thread.run_sync(
+        lambda: store.update_attempt(
+            t.id, t.attempt, outcome="crashed", ended_at=now, detail="supervisor lost it"
+        )
+    )
     dst = TaskStatus.QUEUED
-    new2 = await anyio.to_thread.run_sync(lambda: store.transition(
-        t.id, dst, reason="resumed: the attempt crashed", now=now, owner=engine.owner, attempt=t.attempt,
-        paused_running=0))
+    new2 = await anyio.to_thread.run_sync(
+        lambda: store.transition(
+            t.id,
+            dst,
+            reason="resumed: the attempt crashed",
+            now=now,
+            owner=engine.owner,
+            attempt=t.attempt,
+            paused_running=0,
+        )
+    )
     engine.publish_task(new2)
     engine.wake()
 
@@ -270,7 +342,9 @@ def commit_leftovers(engine: Engine, task: Task) -> str | None:
     info = load_worktree(engine.home, task.id)
     if info is None or not info.path.exists():
         return None
-    return wt.wip_commit(info.path, f"fleet-tui: WIP of {task.name} (attempt {task.attempt}, uncommitted work)")
+    return wt.wip_commit(
+        info.path, f"fleet-tui: WIP of {task.name} (attempt {task.attempt}, uncommitted work)"
+    )
 
 
 def _merge_sync(engine: Engine, task: Task, info: wt.WorktreeInfo) -> CommandResult:
@@ -279,14 +353,25 @@ def _merge_sync(engine: Engine, task: Task, info: wt.WorktreeInfo) -> CommandRes
     now = engine.clock()
     if not res.ok:
         if res.conflicts:
-            new = engine.store.transition(task.id, TaskStatus.NEEDS_HUMAN,
-                                          reason="merge_conflict: " + ", ".join(res.conflicts), now=now,
-                                          expect=[TaskStatus.DONE], actor=engine.actor)
+            new = engine.store.transition(
+                task.id,
+                TaskStatus.NEEDS_HUMAN,
+                reason="merge_conflict: " + ", ".join(res.conflicts),
+                now=now,
+                expect=[TaskStatus.DONE],
+                actor=engine.actor,
+            )
             return CommandResult(False, f"{task.name}: merge conflict in {', '.join(res.conflicts)}", new)
         return CommandResult(False, f"{task.name}: {res.message}", task)
-    new = engine.store.transition(task.id, TaskStatus.DONE, reason=f"merged {res.commit}", now=now,
-                                  expect=[TaskStatus.DONE, TaskStatus.NEEDS_HUMAN], actor=engine.actor,
-                                  merged_commit=res.commit)
+    new = engine.store.transition(
+        task.id,
+        TaskStatus.DONE,
+        reason=f"merged {res.commit}",
+        now=now,
+        expect=[TaskStatus.DONE, TaskStatus.NEEDS_HUMAN],
+        actor=engine.actor,
+        merged_commit=res.commit,
+    )
     if not engine.cfg.keep_worktrees and info.path.exists():
         wt.remove_worktree(info)
     return CommandResult(True, f"{task.name}: merged into {info.base_ref} ({(res.commit or '')[:10]})", new)
@@ -296,12 +381,15 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
     task = await anyio.to_thread.run_sync(engine.store.get_task, ref)
     if task is None:
         return CommandResult(False, f"no task {ref!r}")
-    if task.status != TaskStatus.DONE and not (task.status == TaskStatus.NEEDS_HUMAN
-                                               and (task.reason or "").startswith("merge_conflict")):
+    if task.status != TaskStatus.DONE and not (
+        task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("merge_conflict")
+    ):
         return CommandResult(False, f"{task.name} is {task.status.value}: only done tasks merge")
     info = load_worktree(engine.home, task.id)
     if info is None:
-        return CommandResult(False, f"{task.name} ran without git_ref (in place): there is no branch to merge")
+        return CommandResult(
+            False, f"{task.name} ran without git_ref (in place): there is no branch to merge"
+        )
     return await anyio.to_thread.run_sync(lambda: _merge_sync(engine, task, info))
 
 

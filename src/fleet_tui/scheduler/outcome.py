@@ -50,15 +50,31 @@ def backoff(policy: Policy, n: int, now: float) -> float:
     return now + base * (1 + random.uniform(-policy.jitter, policy.jitter))
 
 
-def _retry(task: Task, policy: Policy, now: float, reason: str, outcome: str,
-           park_reason: str | None = None, false_completion: bool = False) -> Verdict:
+def _retry(
+    task: Task,
+    policy: Policy,
+    now: float,
+    reason: str,
+    outcome: str,
+    park_reason: str | None = None,
+    false_completion: bool = False,
+) -> Verdict:
     limit = task.spec.max_retries if task.spec.max_retries is not None else policy.max_retries
     if task.retries_used >= limit:
-        return Verdict(TaskStatus.NEEDS_HUMAN, park_reason or "retries_exhausted", outcome=outcome,
-                       false_completion=false_completion)
-    return Verdict(TaskStatus.QUEUED, reason, use_retry=True,
-                   not_before=backoff(policy, task.retries_used, now), outcome=outcome,
-                   false_completion=false_completion)
+        return Verdict(
+            TaskStatus.NEEDS_HUMAN,
+            park_reason or "retries_exhausted",
+            outcome=outcome,
+            false_completion=false_completion,
+        )
+    return Verdict(
+        TaskStatus.QUEUED,
+        reason,
+        use_retry=True,
+        not_before=backoff(policy, task.retries_used, now),
+        outcome=outcome,
+        false_completion=false_completion,
+    )
 
 
 def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_strikes: int = 0) -> Verdict:
@@ -71,53 +87,80 @@ def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_
     if stop == "cancelled":
         return Verdict(TaskStatus.CANCELLED, "cancelled by user", outcome="killed")
     if stop in ("shutdown", "retry_by_user"):
-        return Verdict(TaskStatus.QUEUED, "stopped with the fleet" if stop == "shutdown" else "retry by user",
-                       outcome="killed")
+        return Verdict(
+            TaskStatus.QUEUED,
+            "stopped with the fleet" if stop == "shutdown" else "retry by user",
+            outcome="killed",
+        )
     if stop == "over_budget":
         return Verdict(TaskStatus.NEEDS_HUMAN, f"over_budget: {r.stop_detail}", outcome="killed")
     if stop == "context_pressure":
         if task.handoffs >= policy.max_handoffs:
-            return Verdict(TaskStatus.NEEDS_HUMAN, f"context_pressure: {policy.max_handoffs} handoffs used",
-                           outcome="context_pressure")
-        return Verdict(TaskStatus.QUEUED, f"context handoff: {r.stop_detail}", handoff=True,
-                       outcome="context_pressure")
+            return Verdict(
+                TaskStatus.NEEDS_HUMAN,
+                f"context_pressure: {policy.max_handoffs} handoffs used",
+                outcome="context_pressure",
+            )
+        return Verdict(
+            TaskStatus.QUEUED, f"context handoff: {r.stop_detail}", handoff=True, outcome="context_pressure"
+        )
     if stop == "stalled":
         return _retry(task, policy, now, f"stalled: {r.stop_detail}", "stalled", park_reason="stalled")
     if stop == "timeout":
-        return _retry(task, policy, now, f"timeout: {r.stop_detail}", "stalled",
-                      park_reason=f"timeout: {r.stop_detail}")
+        return _retry(
+            task, policy, now, f"timeout: {r.stop_detail}", "stalled", park_reason=f"timeout: {r.stop_detail}"
+        )
     if r.exit_reason in ("crashed", "lease_expired"):
         why = "its supervisor lost it" if r.exit_reason == "lease_expired" else "the attempt crashed"
         return Verdict(TaskStatus.QUEUED, f"resumed: {why}", crashed=True, outcome="crashed")
     if r.exit_reason == "spawn_failed":
-        return Verdict(TaskStatus.NEEDS_HUMAN, "never_started: the agent could not be started", outcome="failure")
+        return Verdict(
+            TaskStatus.NEEDS_HUMAN, "never_started: the agent could not be started", outcome="failure"
+        )
     o = r.outcome
     if o.kind == "rate_limited":
         if o.resets_at and o.resets_at > now:
             until = o.resets_at + RATE_LIMIT_GRACE_S
         else:
             until = now + RATE_LIMIT_BACKOFF_S[min(rate_limit_strikes, len(RATE_LIMIT_BACKOFF_S) - 1)]
-        return Verdict(TaskStatus.QUEUED, f"rate limited: {o.detail}".rstrip(": "), not_before=until,
-                       block_account_until=until, outcome="rate_limited")
+        return Verdict(
+            TaskStatus.QUEUED,
+            f"rate limited: {o.detail}".rstrip(": "),
+            not_before=until,
+            block_account_until=until,
+            outcome="rate_limited",
+        )
     if o.kind == "auth_failed":
         return Verdict(TaskStatus.NEEDS_HUMAN, f"auth_failed: {o.detail}", outcome="auth_failed")
     if o.kind == "context_pressure":
         if task.handoffs >= policy.max_handoffs:
             return Verdict(TaskStatus.NEEDS_HUMAN, "context_pressure", outcome="context_pressure")
-        return Verdict(TaskStatus.QUEUED, f"context handoff: {o.detail}", handoff=True, outcome="context_pressure")
+        return Verdict(
+            TaskStatus.QUEUED, f"context handoff: {o.detail}", handoff=True, outcome="context_pressure"
+        )
     if o.kind == "success" and r.exit_code == 0:
         return Verdict(TaskStatus.VERIFYING, None, verify=True, outcome="success")
     detail = o.detail or (f"exit {r.exit_code}" if r.exit_code is not None else "no exit status")
     return _retry(task, policy, now, f"failed: {detail}", "failure")
 
 
-def after_verify(task: Task, passed: bool, failed_label: str | None, claimed_success: bool, policy: Policy,
-                 now: float) -> Verdict:
+def after_verify(
+    task: Task, passed: bool, failed_label: str | None, claimed_success: bool, policy: Policy, now: float
+) -> Verdict:
     """The next state once verifiers ran (or there were none)."""
     if passed:
         return Verdict(TaskStatus.DONE, None, outcome="success")
     fc = claimed_success
     if fc and task.false_completions + 1 >= FALSE_COMPLETION_LIMIT:
-        return Verdict(TaskStatus.NEEDS_HUMAN, "false_completion", outcome="verify_failed", false_completion=True)
-    return _retry(task, policy, now, f"verify_failed: {failed_label}", "verify_failed",
-                  park_reason=f"verify_failed: {failed_label}", false_completion=fc)
+        return Verdict(
+            TaskStatus.NEEDS_HUMAN, "false_completion", outcome="verify_failed", false_completion=True
+        )
+    return _retry(
+        task,
+        policy,
+        now,
+        f"verify_failed: {failed_label}",
+        "verify_failed",
+        park_reason=f"verify_failed: {failed_label}",
+        false_completion=fc,
+    )

@@ -56,8 +56,15 @@ class AttemptResult:
     last_text: str | None
 
 
-def spawn_shim(attempt_dir: Path, workdir: Path, argv: list[str], env: dict[str, str],
-               stdin_bytes: bytes | None, grace_s: float, lease_deadline: float) -> subprocess.Popen[bytes]:
+def spawn_shim(
+    attempt_dir: Path,
+    workdir: Path,
+    argv: list[str],
+    env: dict[str, str],
+    stdin_bytes: bytes | None,
+    grace_s: float,
+    lease_deadline: float,
+) -> subprocess.Popen[bytes]:
     """Start the shim for an attempt in its own session; it survives this process."""
     attempt_dir.mkdir(parents=True, exist_ok=True)
     stdin_file = None
@@ -65,15 +72,35 @@ def spawn_shim(attempt_dir: Path, workdir: Path, argv: list[str], env: dict[str,
         stdin_file = attempt_dir / "stdin.txt"
         stdin_file.write_bytes(stdin_bytes)
     write_lease(attempt_dir, lease_deadline)
-    cmd = [sys.executable, "-I", "-S", SHIM_PATH, "--dir", str(attempt_dir), "--cwd", str(workdir),
-           "--grace", str(grace_s), "--lease-file", str(attempt_dir / "lease")]
+    cmd = [
+        sys.executable,
+        "-I",
+        "-S",
+        SHIM_PATH,
+        "--dir",
+        str(attempt_dir),
+        "--cwd",
+        str(workdir),
+        "--grace",
+        str(grace_s),
+        "--lease-file",
+        str(attempt_dir / "lease"),
+    ]
     if stdin_file is not None:
         cmd += ["--stdin-file", str(stdin_file)]
     cmd += ["--", *argv]
     log = open(attempt_dir / "shim.log", "ab")  # noqa: SIM115 - handed to the child
     try:
-        return subprocess.Popen(cmd, cwd=str(workdir), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=log, start_new_session=True, close_fds=True)
+        return subprocess.Popen(
+            cmd,
+            cwd=str(workdir),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
     finally:
         log.close()
 
@@ -242,16 +269,31 @@ class AttemptRunner:
         out: list[Event] = []
         for item in items:
             if isinstance(item, int):
-                out.append(Event(task_id=self.task_id, attempt=self.attempt, seq=self.normalizer_seq(),
-                                 ts=ts, kind="oversized",
-                                 text=f"line of {item} bytes over the {self.limits.max_line_bytes}-byte cap "
-                                 "skipped (kept in stdout.jsonl)"))
+                out.append(
+                    Event(
+                        task_id=self.task_id,
+                        attempt=self.attempt,
+                        seq=self.normalizer_seq(),
+                        ts=ts,
+                        kind="oversized",
+                        text=f"line of {item} bytes over the {self.limits.max_line_bytes}-byte cap "
+                        "skipped (kept in stdout.jsonl)",
+                    )
+                )
                 continue
             try:
                 evs = self.normalizer.feed(self._decode(item), ts)
             except Exception as e:  # a coder bug must not kill the supervisor
-                evs = [Event(task_id=self.task_id, attempt=self.attempt, seq=self.normalizer_seq(), ts=ts,
-                             kind="error", text=f"normalizer failed on a line: {e!r}")]
+                evs = [
+                    Event(
+                        task_id=self.task_id,
+                        attempt=self.attempt,
+                        seq=self.normalizer_seq(),
+                        ts=ts,
+                        kind="error",
+                        text=f"normalizer failed on a line: {e!r}",
+                    )
+                ]
             out.extend(evs)
         return out
 
@@ -274,8 +316,12 @@ class AttemptRunner:
 
     def _cap_text(self, e: Event) -> Event:
         if e.text is not None and len(e.text) > EVENT_TEXT_CAP:
-            return replace(e, text=e.text[:EVENT_TEXT_CAP] + f"\n[... {len(e.text) - EVENT_TEXT_CAP} more "
-                           "characters in stdout.jsonl]", raw=None)
+            return replace(
+                e,
+                text=e.text[:EVENT_TEXT_CAP] + f"\n[... {len(e.text) - EVENT_TEXT_CAP} more "
+                "characters in stdout.jsonl]",
+                raw=None,
+            )
         return e
 
     def poll_output(self, final: bool = False) -> list[Event]:
@@ -303,8 +349,16 @@ class AttemptRunner:
             for item in lines:
                 text = self._decode(item) if isinstance(item, bytes) else f"[stderr line of {item} bytes]"
                 if text.strip():
-                    events.append(Event(task_id=self.task_id, attempt=self.attempt, seq=self.normalizer_seq(),
-                                        ts=ts, kind="stderr", text=text))
+                    events.append(
+                        Event(
+                            task_id=self.task_id,
+                            attempt=self.attempt,
+                            seq=self.normalizer_seq(),
+                            ts=ts,
+                            kind="stderr",
+                            text=text,
+                        )
+                    )
         try:
             events.extend(self.normalizer.poll(ts))
         except Exception:
@@ -336,11 +390,16 @@ class AttemptRunner:
             self.stop("stalled", f"no output for {lim.stall_s / 60:g} min")
         elif lim.timeout_s is not None and now - self.started_at > lim.timeout_s:
             self.stop("timeout", f"ran longer than {lim.timeout_s / 60:g} min")
-        elif (lim.context_share is not None and self.context_tokens and self.context_window
-              and self.context_tokens >= lim.context_share * self.context_window):
-            self.stop("context_pressure",
-                      f"context {self.context_tokens}/{self.context_window} tokens "
-                      f">= {lim.context_share:.0%}")
+        elif (
+            lim.context_share is not None
+            and self.context_tokens
+            and self.context_window
+            and self.context_tokens >= lim.context_share * self.context_window
+        ):
+            self.stop(
+                "context_pressure",
+                f"context {self.context_tokens}/{self.context_window} tokens >= {lim.context_share:.0%}",
+            )
         elif lim.budget_usd is not None and self.cost_usd is not None and self.cost_usd > lim.budget_usd:
             self.stop("over_budget", f"cost ${self.cost_usd:.2f} > budget ${lim.budget_usd:.2f}")
 
@@ -363,7 +422,13 @@ class AttemptRunner:
             outcome = self.normalizer.outcome(exit_code)
         except Exception as e:
             outcome = Outcome(kind="failure", detail=f"could not classify the outcome: {e!r}")
-        return AttemptResult(exit_code=exit_code, exit_reason=reason, outcome=outcome,
-                             stop_reason=self.stop_reason, stop_detail=self.stop_detail,
-                             cost_usd=self.cost_usd if self.cost_usd is not None else outcome.cost_usd,
-                             tokens=self.tokens, last_text=self.last_text)
+        return AttemptResult(
+            exit_code=exit_code,
+            exit_reason=reason,
+            outcome=outcome,
+            stop_reason=self.stop_reason,
+            stop_detail=self.stop_detail,
+            cost_usd=self.cost_usd if self.cost_usd is not None else outcome.cost_usd,
+            tokens=self.tokens,
+            last_text=self.last_text,
+        )

@@ -186,8 +186,11 @@ class Shim:
             libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         except (OSError, AttributeError):
             pass
-        info: dict[str, object] = {"pid": self.pid, "start_ticks": proc_start_ticks(self.pid),
-                                   "started_at": time.time()}
+        info: dict[str, object] = {
+            "pid": self.pid,
+            "start_ticks": proc_start_ticks(self.pid),
+            "started_at": time.time(),
+        }
         write_json(os.path.join(self.dir, "shim.json"), info)
 
         def on_term(signum: int, frame: object) -> None:
@@ -202,15 +205,24 @@ class Shim:
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-        out_fd = os.open(os.path.join(self.dir, "stdout.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        out_fd = os.open(
+            os.path.join(self.dir, "stdout.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
         err_fd = os.open(os.path.join(self.dir, "stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         in_fd = os.open(self.stdin_file or os.devnull, os.O_RDONLY)
         try:
             pid = os.fork()
         except OSError as e:
-            write_json(os.path.join(self.dir, "exit.json"),
-                       {"exit_code": None, "signal": None, "reason": "spawn_failed", "error": str(e),
-                        "ended_at": time.time()})
+            write_json(
+                os.path.join(self.dir, "exit.json"),
+                {
+                    "exit_code": None,
+                    "signal": None,
+                    "reason": "spawn_failed",
+                    "error": str(e),
+                    "ended_at": time.time(),
+                },
+            )
             return 1
         if pid == 0:  # the agent
             try:
@@ -284,9 +296,16 @@ class Shim:
             elif os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
                 exit_code = 128 + sig
-        write_json(os.path.join(self.dir, "exit.json"),
-                   {"exit_code": exit_code, "signal": sig, "reason": self.stop_reason,
-                    "killed_descendants": killed, "ended_at": time.time()})
+        write_json(
+            os.path.join(self.dir, "exit.json"),
+            {
+                "exit_code": exit_code,
+                "signal": sig,
+                "reason": self.stop_reason,
+                "killed_descendants": killed,
+                "ended_at": time.time(),
+            },
+        )
         return 0
 
 

@@ -144,8 +144,9 @@ class SqliteStore:
             )
         self._lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None,
-                                       check_same_thread=False)
+            self._db = sqlite3.connect(
+                path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            )
             self._db.row_factory = sqlite3.Row
             self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -198,8 +199,9 @@ class SqliteStore:
                 for stmt in MIGRATIONS[v].split(";\n"):
                     if stmt.strip():
                         db.execute(stmt)
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                       (str(SCHEMA_VERSION),))
+            db.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
 
     _TASK_SELECT = (
         "SELECT t.*, EXISTS(SELECT 1 FROM questions q WHERE q.task_id = t.id AND q.status = 'pending')"
@@ -211,8 +213,14 @@ class SqliteStore:
         kw = {c: row[c] for c in TASK_COLUMNS}
         kw["paused_running"] = bool(kw["paused_running"])
         keys = row.keys()
-        return Task(id=row["id"], spec=spec_from_json(row["spec"]), status=TaskStatus(row["status"]),
-                    waiting=row["waiting"], asking=bool(row["asking"]) if "asking" in keys else False, **kw)
+        return Task(
+            id=row["id"],
+            spec=spec_from_json(row["spec"]),
+            status=TaskStatus(row["status"]),
+            waiting=row["waiting"],
+            asking=bool(row["asking"]) if "asking" in keys else False,
+            **kw,
+        )
 
     def _get(self, db: sqlite3.Connection, task_id: str) -> Task | None:
         row = db.execute(self._TASK_SELECT + " WHERE t.id = ?", (task_id,)).fetchone()
@@ -240,8 +248,19 @@ class SqliteStore:
                     " spec_model, attempt, retries_used, handoffs, false_completions, created_at,"
                     " updated_at, tokens, cost_usd, paused_running)"
                     " VALUES (?,?,?,?,?,?,?,?,?,0,0,0,0,?,?,0,0,0)",
-                    (tid, spec.name, seq, spec_to_json(spec), TaskStatus.QUEUED.value, spec.priority,
-                     json.dumps(list(spec.requires)), spec.coder, spec.model, now, now),
+                    (
+                        tid,
+                        spec.name,
+                        seq,
+                        spec_to_json(spec),
+                        TaskStatus.QUEUED.value,
+                        spec.priority,
+                        json.dumps(list(spec.requires)),
+                        spec.coder,
+                        spec.model,
+                        now,
+                        now,
+                    ),
                 )
                 for dep in spec.depends_on:
                     dep_id = batch.get(dep) or names.get(dep)
@@ -250,7 +269,9 @@ class SqliteStore:
                     db.execute("INSERT OR IGNORE INTO deps(task_id, dep_id) VALUES (?,?)", (tid, dep_id))
                 db.execute(
                     "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
-                    " VALUES (?,?,NULL,'queued','added',0,NULL)", (tid, now))
+                    " VALUES (?,?,NULL,'queued','added',0,NULL)",
+                    (tid, now),
+                )
                 out.append(tid)
             return [t for t in (self._get(db, i) for i in out) if t]
 
@@ -266,22 +287,41 @@ class SqliteStore:
         return {r[0] for r in self._q("SELECT name FROM tasks")}
 
     def dependents(self, task_id: str) -> list[Task]:
-        rows = self._q(self._TASK_SELECT + " JOIN deps d ON d.task_id = t.id WHERE d.dep_id = ?"
-                       " ORDER BY t.seqno", (task_id,))
+        rows = self._q(
+            self._TASK_SELECT + " JOIN deps d ON d.task_id = t.id WHERE d.dep_id = ? ORDER BY t.seqno",
+            (task_id,),
+        )
         return [self._task(r) for r in rows]
 
     def dependencies(self, task_id: str) -> list[Task]:
-        rows = self._q(self._TASK_SELECT + " JOIN deps d ON d.dep_id = t.id WHERE d.task_id = ?"
-                       " ORDER BY t.seqno", (task_id,))
+        rows = self._q(
+            self._TASK_SELECT + " JOIN deps d ON d.dep_id = t.id WHERE d.task_id = ? ORDER BY t.seqno",
+            (task_id,),
+        )
         return [self._task(r) for r in rows]
 
-    def claim(self, owner: str, host: str, tags: Iterable[str], now: float, lease_s: float,
-              default_coder: str, default_model: str | None, exclude_coders: Iterable[str] = (),
-              only_task: str | None = None) -> Task | None:
+    def claim(
+        self,
+        owner: str,
+        host: str,
+        tags: Iterable[str],
+        now: float,
+        lease_s: float,
+        default_coder: str,
+        default_model: str | None,
+        exclude_coders: Iterable[str] = (),
+        only_task: str | None = None,
+    ) -> Task | None:
         args = {
-            "owner": owner, "host": host, "now": now, "lease": now + lease_s, "dc": default_coder,
-            "dm": default_model, "tags": json.dumps(sorted(set(tags))),
-            "excl": json.dumps(sorted(set(exclude_coders))), "only": only_task,
+            "owner": owner,
+            "host": host,
+            "now": now,
+            "lease": now + lease_s,
+            "dc": default_coder,
+            "dm": default_model,
+            "tags": json.dumps(sorted(set(tags))),
+            "excl": json.dumps(sorted(set(exclude_coders))),
+            "only": only_task,
         }
         sql = f"""
 UPDATE tasks SET status = 'running', attempt = attempt + 1, owner = :owner, host = :host,
@@ -306,13 +346,24 @@ RETURNING id, attempt"""
                 return None
             db.execute(
                 "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
-                " VALUES (?,?,'queued','running','claimed',?,?)", (row[0], now, row[1], owner))
+                " VALUES (?,?,'queued','running','claimed',?,?)",
+                (row[0], now, row[1], owner),
+            )
             return self._get(db, row[0])
 
-    def transition(self, task_id: str, dst: TaskStatus, *, reason: str | None, now: float,
-                   owner: str | None = None, attempt: int | None = None,
-                   expect: Iterable[TaskStatus] | None = None, actor: str | None = None,
-                   **fields: Any) -> Task | None:
+    def transition(
+        self,
+        task_id: str,
+        dst: TaskStatus,
+        *,
+        reason: str | None,
+        now: float,
+        owner: str | None = None,
+        attempt: int | None = None,
+        expect: Iterable[TaskStatus] | None = None,
+        actor: str | None = None,
+        **fields: Any,
+    ) -> Task | None:
         with self._tx() as db:
             cur = self._get(db, task_id)
             if cur is None:
@@ -326,31 +377,39 @@ RETURNING id, attempt"""
             if not allowed(cur.status, dst):
                 raise IllegalTransition(cur.status, dst)
             sets = {"status": dst.value, "reason": reason, "updated_at": now, **fields}
-            if dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN) and \
-                    "finished_at" not in fields:
+            if (
+                dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
+                and "finished_at" not in fields
+            ):
                 sets["finished_at"] = now
-            if dst in (TaskStatus.QUEUED, TaskStatus.DONE, TaskStatus.CANCELLED,
-                       TaskStatus.NEEDS_HUMAN) and "owner" not in fields:
+            if (
+                dst in (TaskStatus.QUEUED, TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
+                and "owner" not in fields
+            ):
                 sets["owner"] = None
                 sets["lease_until"] = None
             if dst != TaskStatus.QUEUED:
                 sets.setdefault("waiting", None)
             cols = ", ".join(f"{k} = ?" for k in sets)
-            n = db.execute(f"UPDATE tasks SET {cols} WHERE id = ? AND status = ? AND attempt = ?",
-                           (*sets.values(), task_id, cur.status.value, cur.attempt)).rowcount
+            n = db.execute(
+                f"UPDATE tasks SET {cols} WHERE id = ? AND status = ? AND attempt = ?",
+                (*sets.values(), task_id, cur.status.value, cur.attempt),
+            ).rowcount
             if n != 1:
                 return None
             db.execute(
                 "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
                 " VALUES (?,?,?,?,?,?,?)",
-                (task_id, now, cur.status.value, dst.value, reason, cur.attempt, actor or owner))
+                (task_id, now, cur.status.value, dst.value, reason, cur.attempt, actor or owner),
+            )
             return self._get(db, task_id)
 
-    def update_task(self, task_id: str, *, owner: str | None = None, attempt: int | None = None,
-                    **fields: Any) -> Task | None:
+    def update_task(
+        self, task_id: str, *, owner: str | None = None, attempt: int | None = None, **fields: Any
+    ) -> Task | None:
         if not fields:
             return self.get_task(task_id)
-        where, args = "id = ?", [task_id]
+        where, args = "id = ?", list[Any]([task_id])
         if owner is not None:
             where += " AND owner = ?"
             args.append(owner)
@@ -366,32 +425,47 @@ RETURNING id, attempt"""
         """Record the waiting reason of queued tasks (only rows whose reason changed)."""
         with self._tx() as db:
             for tid, why in reasons.items():
-                db.execute("UPDATE tasks SET waiting = ? WHERE id = ? AND status = 'queued'"
-                           " AND waiting IS NOT ?", (why, tid, why))
+                db.execute(
+                    "UPDATE tasks SET waiting = ? WHERE id = ? AND status = 'queued' AND waiting IS NOT ?",
+                    (why, tid, why),
+                )
 
     def transitions(self, task_id: str) -> list[Transition]:
-        rows = self._q("SELECT task_id, ts, src, dst, reason, attempt, actor FROM transitions"
-                       " WHERE task_id = ? ORDER BY id", (task_id,))
+        rows = self._q(
+            "SELECT task_id, ts, src, dst, reason, attempt, actor FROM transitions"
+            " WHERE task_id = ? ORDER BY id",
+            (task_id,),
+        )
         return [Transition(**dict(r)) for r in rows]
 
     # -- engines and leases --------------------------------------------------------------------
     def register_engine(self, owner: str, host: str, pid: int, pid_create_time: float, now: float) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO engines(owner, host, pid, pid_create_time, heartbeat,"
-                       " started_at, stopped) VALUES (?,?,?,?,?,?,0)",
-                       (owner, host, pid, pid_create_time, now, now))
+            db.execute(
+                "INSERT OR REPLACE INTO engines(owner, host, pid, pid_create_time, heartbeat,"
+                " started_at, stopped) VALUES (?,?,?,?,?,?,0)",
+                (owner, host, pid, pid_create_time, now, now),
+            )
 
     def heartbeat(self, owner: str, now: float, lease_s: float) -> int:
         with self._tx() as db:
             db.execute("UPDATE engines SET heartbeat = ? WHERE owner = ?", (now, owner))
             return db.execute(
                 "UPDATE tasks SET lease_until = MAX(COALESCE(lease_until, 0), ?) WHERE owner = ?"
-                " AND status IN ('running', 'verifying', 'paused')", (now + lease_s, owner)).rowcount
+                " AND status IN ('running', 'verifying', 'paused')",
+                (now + lease_s, owner),
+            ).rowcount
 
     def extend_lease(self, task_id: str, owner: str, until: float) -> bool:
         with self._tx() as db:
-            return db.execute("UPDATE tasks SET lease_until = MAX(COALESCE(lease_until, 0), ?)"
-                              " WHERE id = ? AND owner = ?", (until, task_id, owner)).rowcount == 1
+            return (
+                db.execute(
+                    "UPDATE tasks SET lease_until = MAX(COALESCE(lease_until, 0), ?)"
+                    " WHERE id = ? AND owner = ?",
+                    (until, task_id, owner),
+                ).rowcount
+                == 1
+            )
 
     def engine_info(self, owner: str) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM engines WHERE owner = ?", (owner,))
@@ -410,26 +484,53 @@ RETURNING id, attempt"""
             self._TASK_SELECT + " LEFT JOIN engines e ON e.owner = t.owner"
             " WHERE (t.status IN ('running', 'verifying') OR (t.status = 'paused' AND t.paused_running = 1))"
             " AND (e.owner IS NULL OR e.stopped = 1 OR e.heartbeat < ?) ORDER BY t.seqno",
-            (now - stale_s,))
+            (now - stale_s,),
+        )
         return [self._task(r) for r in rows]
 
-    def take_over(self, task_id: str, old_owner: str | None, attempt: int, new_owner: str, host: str,
-                  now: float, lease_s: float, require_lease_expired: bool) -> Task | None:
+    def take_over(
+        self,
+        task_id: str,
+        old_owner: str | None,
+        attempt: int,
+        new_owner: str,
+        host: str,
+        now: float,
+        lease_s: float,
+        require_lease_expired: bool,
+    ) -> Task | None:
         cond = " AND (lease_until IS NULL OR lease_until < :now)" if require_lease_expired else ""
         with self._tx() as db:
             n = db.execute(
                 "UPDATE tasks SET owner = :new, host = :host, lease_until = :lease, updated_at = :now"
                 " WHERE id = :id AND owner IS :old AND attempt = :attempt" + cond,
-                {"new": new_owner, "host": host, "lease": now + lease_s, "now": now, "id": task_id,
-                 "old": old_owner, "attempt": attempt}).rowcount
+                {
+                    "new": new_owner,
+                    "host": host,
+                    "lease": now + lease_s,
+                    "now": now,
+                    "id": task_id,
+                    "old": old_owner,
+                    "attempt": attempt,
+                },
+            ).rowcount
             if n != 1:
                 return None
             cur = self._get(db, task_id)
             assert cur is not None
-            db.execute("INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
-                       " VALUES (?,?,?,?,?,?,?)",
-                       (task_id, now, cur.status.value, cur.status.value, f"adopted from {old_owner}",
-                        attempt, new_owner))
+            db.execute(
+                "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (
+                    task_id,
+                    now,
+                    cur.status.value,
+                    cur.status.value,
+                    f"adopted from {old_owner}",
+                    attempt,
+                    new_owner,
+                ),
+            )
             return cur
 
     # -- attempts ------------------------------------------------------------------------------
@@ -437,15 +538,19 @@ RETURNING id, attempt"""
         d = asdict(a)
         cols = ", ".join(d)
         with self._tx() as db:
-            db.execute(f"INSERT OR REPLACE INTO attempts ({cols}) VALUES ({', '.join('?' * len(d))})",
-                       tuple(d.values()))
+            db.execute(
+                f"INSERT OR REPLACE INTO attempts ({cols}) VALUES ({', '.join('?' * len(d))})",
+                tuple(d.values()),
+            )
 
     def update_attempt(self, task_id: str, n: int, **fields: Any) -> None:
         if not fields:
             return
         cols = ", ".join(f"{k} = ?" for k in fields)
         with self._tx() as db:
-            db.execute(f"UPDATE attempts SET {cols} WHERE task_id = ? AND n = ?", (*fields.values(), task_id, n))
+            db.execute(
+                f"UPDATE attempts SET {cols} WHERE task_id = ? AND n = ?", (*fields.values(), task_id, n)
+            )
 
     @staticmethod
     def _attempt(r: sqlite3.Row) -> Attempt:
@@ -456,8 +561,10 @@ RETURNING id, attempt"""
         return self._attempt(rows[0]) if rows else None
 
     def attempts(self, task_id: str) -> list[Attempt]:
-        return [self._attempt(r) for r in self._q("SELECT * FROM attempts WHERE task_id = ? ORDER BY n",
-                                                  (task_id,))]
+        return [
+            self._attempt(r)
+            for r in self._q("SELECT * FROM attempts WHERE task_id = ? ORDER BY n", (task_id,))
+        ]
 
     # -- events --------------------------------------------------------------------------------
     def append_events(self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None) -> None:
@@ -465,15 +572,24 @@ RETURNING id, attempt"""
             db.executemany(
                 "INSERT OR IGNORE INTO events(task_id, attempt, seq, ts, kind, text, payload)"
                 " VALUES (?,?,?,?,?,?,?)",
-                [(e.task_id, e.attempt, e.seq, e.ts, e.kind, e.text, event_payload(e)) for e in events])
+                [(e.task_id, e.attempt, e.seq, e.ts, e.kind, e.text, event_payload(e)) for e in events],
+            )
             if offset is not None:
                 tid, n, off = offset
                 nxt = max((e.seq for e in events), default=-1) + 1
-                db.execute("UPDATE attempts SET stdout_offset = ?, next_seq = MAX(next_seq, ?)"
-                           " WHERE task_id = ? AND n = ?", (off, nxt, tid, n))
+                db.execute(
+                    "UPDATE attempts SET stdout_offset = ?, next_seq = MAX(next_seq, ?)"
+                    " WHERE task_id = ? AND n = ?",
+                    (off, nxt, tid, n),
+                )
 
-    def events(self, task_id: str, attempt: int | None = None, after: tuple[int, int] | None = None,
-               limit: int = 10_000) -> list[Event]:
+    def events(
+        self,
+        task_id: str,
+        attempt: int | None = None,
+        after: tuple[int, int] | None = None,
+        limit: int = 10_000,
+    ) -> list[Event]:
         sql = "SELECT * FROM events WHERE task_id = ?"
         args: list[Any] = [task_id]
         if attempt is not None:
@@ -484,14 +600,21 @@ RETURNING id, attempt"""
             args += [after[0], after[0], after[1]]
         sql += " ORDER BY attempt, seq LIMIT ?"
         args.append(limit)
-        return [event_from_row(r["task_id"], r["attempt"], r["seq"], r["ts"], r["kind"], r["text"],
-                               r["payload"]) for r in self._q(sql, args)]
+        return [
+            event_from_row(r["task_id"], r["attempt"], r["seq"], r["ts"], r["kind"], r["text"], r["payload"])
+            for r in self._q(sql, args)
+        ]
 
     def last_events(self, task_id: str, limit: int) -> list[Event]:
-        rows = self._q("SELECT * FROM (SELECT * FROM events WHERE task_id = ? ORDER BY attempt DESC,"
-                       " seq DESC LIMIT ?) ORDER BY attempt, seq", (task_id, limit))
-        return [event_from_row(r["task_id"], r["attempt"], r["seq"], r["ts"], r["kind"], r["text"],
-                               r["payload"]) for r in rows]
+        rows = self._q(
+            "SELECT * FROM (SELECT * FROM events WHERE task_id = ? ORDER BY attempt DESC,"
+            " seq DESC LIMIT ?) ORDER BY attempt, seq",
+            (task_id, limit),
+        )
+        return [
+            event_from_row(r["task_id"], r["attempt"], r["seq"], r["ts"], r["kind"], r["text"], r["payload"])
+            for r in rows
+        ]
 
     # -- questions -----------------------------------------------------------------------------
     @staticmethod
@@ -500,13 +623,16 @@ RETURNING id, attempt"""
         d["options"] = tuple(json.loads(d["options"] or "[]"))
         return Question(**d)
 
-    def add_question(self, task_id: str, attempt: int, text: str, options: Sequence[str],
-                     now: float) -> Question:
+    def add_question(
+        self, task_id: str, attempt: int, text: str, options: Sequence[str], now: float
+    ) -> Question:
         qid = new_id("q")
         with self._tx() as db:
-            db.execute("INSERT INTO questions(id, task_id, attempt, asked_at, text, options, status)"
-                       " VALUES (?,?,?,?,?,?,'pending')",
-                       (qid, task_id, attempt, now, text, json.dumps(list(options))))
+            db.execute(
+                "INSERT INTO questions(id, task_id, attempt, asked_at, text, options, status)"
+                " VALUES (?,?,?,?,?,?,'pending')",
+                (qid, task_id, attempt, now, text, json.dumps(list(options))),
+            )
             return self._question(db.execute("SELECT * FROM questions WHERE id = ?", (qid,)).fetchone())
 
     def get_question(self, qid: str) -> Question | None:
@@ -515,35 +641,63 @@ RETURNING id, attempt"""
 
     def answer_question(self, qid: str, answer: str, by: str, now: float) -> bool:
         with self._tx() as db:
-            return db.execute("UPDATE questions SET status = 'answered', answer = ?, answered_at = ?,"
-                              " answered_by = ? WHERE id = ? AND status = 'pending'",
-                              (answer, now, by, qid)).rowcount == 1
+            return (
+                db.execute(
+                    "UPDATE questions SET status = 'answered', answer = ?, answered_at = ?,"
+                    " answered_by = ? WHERE id = ? AND status = 'pending'",
+                    (answer, now, by, qid),
+                ).rowcount
+                == 1
+            )
 
     def close_questions(self, task_id: str, status: str, now: float) -> int:
         with self._tx() as db:
-            return db.execute("UPDATE questions SET status = ?, answered_at = ? WHERE task_id = ?"
-                              " AND status = 'pending'", (status, now, task_id)).rowcount
+            return db.execute(
+                "UPDATE questions SET status = ?, answered_at = ? WHERE task_id = ? AND status = 'pending'",
+                (status, now, task_id),
+            ).rowcount
 
     def expire_question(self, qid: str, now: float) -> bool:
         with self._tx() as db:
-            return db.execute("UPDATE questions SET status = 'expired', answered_at = ? WHERE id = ?"
-                              " AND status = 'pending'", (now, qid)).rowcount == 1
+            return (
+                db.execute(
+                    "UPDATE questions SET status = 'expired', answered_at = ? WHERE id = ?"
+                    " AND status = 'pending'",
+                    (now, qid),
+                ).rowcount
+                == 1
+            )
 
     def pending_questions(self) -> list[Question]:
-        return [self._question(r) for r in
-                self._q("SELECT * FROM questions WHERE status = 'pending' ORDER BY asked_at")]
+        return [
+            self._question(r)
+            for r in self._q("SELECT * FROM questions WHERE status = 'pending' ORDER BY asked_at")
+        ]
 
     def questions(self, task_id: str) -> list[Question]:
-        return [self._question(r) for r in
-                self._q("SELECT * FROM questions WHERE task_id = ? ORDER BY asked_at", (task_id,))]
+        return [
+            self._question(r)
+            for r in self._q("SELECT * FROM questions WHERE task_id = ? ORDER BY asked_at", (task_id,))
+        ]
 
     # -- hosts, settings, rate limits, commands --------------------------------------------------
     def upsert_host(self, h: Host) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO hosts(name, heartbeat, cores, load, mem_available,"
-                       " disk_free, running, tags, version) VALUES (?,?,?,?,?,?,?,?,?)",
-                       (h.name, h.heartbeat, h.cores, h.load, h.mem_available, h.disk_free, h.running,
-                        json.dumps(list(h.tags)), h.version))
+            db.execute(
+                "INSERT OR REPLACE INTO hosts(name, heartbeat, cores, load, mem_available,"
+                " disk_free, running, tags, version) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    h.name,
+                    h.heartbeat,
+                    h.cores,
+                    h.load,
+                    h.mem_available,
+                    h.disk_free,
+                    h.running,
+                    json.dumps(list(h.tags)),
+                    h.version,
+                ),
+            )
 
     def hosts(self) -> list[Host]:
         out = []
@@ -566,10 +720,19 @@ RETURNING id, attempt"""
 
     def put_rate_limit(self, rl: RateLimit, blocked_until: float | None) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO rate_limits(account, status, utilization, resets_at,"
-                       " window, observed_at, blocked_until) VALUES (?,?,?,?,?,?,?)",
-                       (rl.account, rl.status, rl.utilization, rl.resets_at, rl.window, rl.observed_at,
-                        blocked_until))
+            db.execute(
+                "INSERT OR REPLACE INTO rate_limits(account, status, utilization, resets_at,"
+                " window, observed_at, blocked_until) VALUES (?,?,?,?,?,?,?)",
+                (
+                    rl.account,
+                    rl.status,
+                    rl.utilization,
+                    rl.resets_at,
+                    rl.window,
+                    rl.observed_at,
+                    blocked_until,
+                ),
+            )
 
     def rate_limits(self) -> list[tuple[RateLimit, float | None]]:
         out = []
@@ -579,16 +742,20 @@ RETURNING id, attempt"""
             out.append((RateLimit(**d), blocked))
         return out
 
-    def add_command(self, task_id: str | None, verb: str, arg: str | None, target_owner: str | None,
-                    now: float) -> int:
+    def add_command(
+        self, task_id: str | None, verb: str, arg: str | None, target_owner: str | None, now: float
+    ) -> int:
         with self._tx() as db:
-            cur = db.execute("INSERT INTO commands(task_id, verb, arg, created_at, target_owner)"
-                             " VALUES (?,?,?,?,?)", (task_id, verb, arg, now, target_owner))
+            cur = db.execute(
+                "INSERT INTO commands(task_id, verb, arg, created_at, target_owner) VALUES (?,?,?,?,?)",
+                (task_id, verb, arg, now, target_owner),
+            )
             return int(cur.lastrowid or 0)
 
     def pending_commands(self, owner: str) -> list[Command]:
-        rows = self._q("SELECT * FROM commands WHERE status = 'pending' AND target_owner = ? ORDER BY id",
-                       (owner,))
+        rows = self._q(
+            "SELECT * FROM commands WHERE status = 'pending' AND target_owner = ? ORDER BY id", (owner,)
+        )
         return [Command(**dict(r)) for r in rows]
 
     def finish_command(self, cid: int, status: str, result: str | None) -> None:

@@ -94,8 +94,9 @@ def event_payload(e: Event) -> str:
     return json.dumps(d, default=str)
 
 
-def event_from_row(task_id: str, attempt: int, seq: int, ts: float, kind: str, text: str | None,
-                   payload: str | None) -> Event:
+def event_from_row(
+    task_id: str, attempt: int, seq: int, ts: float, kind: str, text: str | None, payload: str | None
+) -> Event:
     d = json.loads(payload) if payload else {}
     if "usage" in d and isinstance(d["usage"], dict):
         d["usage"] = Usage(**d["usage"])
@@ -191,16 +192,18 @@ class Store(Protocol):
         task moved meanwhile). Raises IllegalTransition for a move the table forbids."""
         ...
 
-    def update_task(self, task_id: str, *, owner: str | None = None, attempt: int | None = None,
-                    **fields: Any) -> Task | None:
+    def update_task(
+        self, task_id: str, *, owner: str | None = None, attempt: int | None = None, **fields: Any
+    ) -> Task | None:
         """Update non-state fields (tokens, cost, context, workdir...), fenced when asked."""
         ...
 
     def transitions(self, task_id: str) -> list[Transition]: ...
 
     # -- engines and leases ------------------------------------------------------------------
-    def register_engine(self, owner: str, host: str, pid: int, pid_create_time: float,
-                        now: float) -> None: ...
+    def register_engine(
+        self, owner: str, host: str, pid: int, pid_create_time: float, now: float
+    ) -> None: ...
 
     def heartbeat(self, owner: str, now: float, lease_s: float) -> int:
         """Refresh the engine's heartbeat and extend the lease of every task it owns.
@@ -224,8 +227,17 @@ class Store(Protocol):
         ``stale_s`` (or whose owner stopped) — candidates for adoption or reclaim."""
         ...
 
-    def take_over(self, task_id: str, old_owner: str | None, attempt: int, new_owner: str,
-                  host: str, now: float, lease_s: float, require_lease_expired: bool) -> Task | None:
+    def take_over(
+        self,
+        task_id: str,
+        old_owner: str | None,
+        attempt: int,
+        new_owner: str,
+        host: str,
+        now: float,
+        lease_s: float,
+        require_lease_expired: bool,
+    ) -> Task | None:
         """Fenced change of owner (adoption of a live shim, or reclaim after expiry)."""
         ...
 
@@ -244,8 +256,13 @@ class Store(Protocol):
         stdout_offset) the attempt's read offset and next_seq move in the same transaction."""
         ...
 
-    def events(self, task_id: str, attempt: int | None = None, after: tuple[int, int] | None = None,
-               limit: int = 10_000) -> list[Event]:
+    def events(
+        self,
+        task_id: str,
+        attempt: int | None = None,
+        after: tuple[int, int] | None = None,
+        limit: int = 10_000,
+    ) -> list[Event]:
         """Events of a task in order; ``after`` = (attempt, seq) for tailing."""
         ...
 
@@ -256,8 +273,9 @@ class Store(Protocol):
     # -- questions ---------------------------------------------------------------------------
     def questions(self, task_id: str) -> list[Question]: ...
 
-    def add_question(self, task_id: str, attempt: int, text: str, options: Sequence[str],
-                     now: float) -> Question: ...
+    def add_question(
+        self, task_id: str, attempt: int, text: str, options: Sequence[str], now: float
+    ) -> Question: ...
 
     def get_question(self, qid: str) -> Question | None: ...
 
@@ -286,8 +304,9 @@ class Store(Protocol):
 
     def rate_limits(self) -> list[tuple[RateLimit, float | None]]: ...
 
-    def add_command(self, task_id: str | None, verb: str, arg: str | None, target_owner: str | None,
-                    now: float) -> int: ...
+    def add_command(
+        self, task_id: str | None, verb: str, arg: str | None, target_owner: str | None, now: float
+    ) -> int: ...
 
     def pending_commands(self, owner: str) -> list[Command]: ...
 

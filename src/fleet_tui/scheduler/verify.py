@@ -31,14 +31,21 @@ AgentReviewer = Callable[[str, str | None, str | None, Path], str]
 
 
 def _cap(text: str) -> str:
-    return text if len(text) <= OUTPUT_CAP else text[:2000] + "\n[...]\n" + text[-(OUTPUT_CAP - 2100):]
+    return text if len(text) <= OUTPUT_CAP else text[:2000] + "\n[...]\n" + text[-(OUTPUT_CAP - 2100) :]
 
 
-def run_verifier(v: VerifySpec, workdir: Path, timeout_s: float, reviewer: AgentReviewer | None) -> tuple[bool, str]:
+def run_verifier(
+    v: VerifySpec, workdir: Path, timeout_s: float, reviewer: AgentReviewer | None
+) -> tuple[bool, str]:
     if v.kind == "run":
         try:
-            p = subprocess.run(["/bin/sh", "-c", v.run or "false"], cwd=workdir, capture_output=True,
-                               timeout=timeout_s, stdin=subprocess.DEVNULL)
+            p = subprocess.run(
+                ["/bin/sh", "-c", v.run or "false"],
+                cwd=workdir,
+                capture_output=True,
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             return False, f"timed out after {timeout_s:g}s"
         except OSError as e:
@@ -58,8 +65,10 @@ def run_verifier(v: VerifySpec, workdir: Path, timeout_s: float, reviewer: Agent
         return True, f"{v.path}: ok ({len(text)} characters)"
     if reviewer is None:
         return False, "no agent reviewer available"
-    prompt = (f"{v.agent}\n\nYou are a read-only reviewer: do not change any file. End your reply with a "
-              "line that is exactly PASS or FAIL.")
+    prompt = (
+        f"{v.agent}\n\nYou are a read-only reviewer: do not change any file. End your reply with a "
+        "line that is exactly PASS or FAIL."
+    )
     try:
         reply = reviewer(prompt, v.coder, v.model, workdir)
     except Exception as e:
@@ -73,8 +82,12 @@ def _verdict(reply: str) -> str | None:
     return found[-1] if found else None
 
 
-def run_verifiers(specs: Sequence[VerifySpec], workdir: Path, timeout_s: float = 600.0,
-                  reviewer: AgentReviewer | None = None) -> VerifyResult:
+def run_verifiers(
+    specs: Sequence[VerifySpec],
+    workdir: Path,
+    timeout_s: float = 600.0,
+    reviewer: AgentReviewer | None = None,
+) -> VerifyResult:
     outputs: list[str] = []
     for v in specs:
         t = v.timeout_min * 60 if v.timeout_min else timeout_s

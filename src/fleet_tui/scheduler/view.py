@@ -30,8 +30,15 @@ def midnight(now: float) -> float:
     return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
 
 
-def build_snapshot(store: Store, cfg: Config, now: float, *, load: float | None = None,
-                   mem: int | None = None, disk: float | None = None) -> Snapshot:
+def build_snapshot(
+    store: Store,
+    cfg: Config,
+    now: float,
+    *,
+    load: float | None = None,
+    mem: int | None = None,
+    disk: float | None = None,
+) -> Snapshot:
     """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
     reading of its own machine, else from the freshest host row."""
     tasks = tuple(store.list_tasks())
@@ -41,18 +48,30 @@ def build_snapshot(store: Store, cfg: Config, now: float, *, load: float | None 
     if load is None and mem is None and live:
         h = max(live, key=lambda h: h.heartbeat)
         load, mem, disk = h.load, h.mem_available, h.disk_free
-    g = Gauges(running=sum(1 for t in tasks if t.status in ACTIVE), max_concurrent=cfg.max_concurrent,
-               paused=store.get_setting("fleet_paused") == "1", load_per_core=load, mem_available=mem,
-               mem_floor=int(cfg.mem_floor_gib * GIB), disk_free=int(disk) if disk is not None else None,
-               rate_limits=rls, hosts=len(live) or len(hosts), budget_usd=cfg.budget_usd_daily,
-               budget_spent_usd=store.spent_since(midnight(now)))
-    return Snapshot(taken_at=now, tasks=tasks, questions=tuple(store.pending_questions()), hosts=hosts, gauges=g)
+    g = Gauges(
+        running=sum(1 for t in tasks if t.status in ACTIVE),
+        max_concurrent=cfg.max_concurrent,
+        paused=store.get_setting("fleet_paused") == "1",
+        load_per_core=load,
+        mem_available=mem,
+        mem_floor=int(cfg.mem_floor_gib * GIB),
+        disk_free=int(disk) if disk is not None else None,
+        rate_limits=rls,
+        hosts=len(live) or len(hosts),
+        budget_usd=cfg.budget_usd_daily,
+        budget_spent_usd=store.spent_since(midnight(now)),
+    )
+    return Snapshot(
+        taken_at=now, tasks=tasks, questions=tuple(store.pending_questions()), hosts=hosts, gauges=g
+    )
 
 
 class AttachedView(Controller):
     """EngineAPI for a cockpit on a store whose engines run elsewhere."""
 
-    def __init__(self, store: Store, home: Path, cfg: Config, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: Store, home: Path, cfg: Config, *, clock: Callable[[], float] = time.time
+    ) -> None:
         super().__init__(store, actor=f"cockpit@{hostname()}", clock=clock)
         self.home = home
         self.cfg = cfg
@@ -64,7 +83,7 @@ class AttachedView(Controller):
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:  # type: ignore[override]
+    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:
         async for batch in self.bus.subscribe():
             yield batch
 

@@ -40,9 +40,9 @@ FULL_LINE = 4000  # the log shows whole events (newlines folded); scroll sideway
 
 def overview(task: Task, transitions: list[Transition], now: float) -> Group:
     spec = task.spec
-    grid = Table.grid(padding=(0, 2))
+    grid = Table.grid()
     grid.add_column(no_wrap=True)
-    grid.add_column()
+    grid.add_column(ratio=1, overflow="fold")
     rows: list[tuple[str, str]] = [
         ("id", task.id),
         (
@@ -70,7 +70,7 @@ def overview(task: Task, transitions: list[Transition], now: float) -> Group:
     if task.result_text:
         rows.append(("result", task.result_text))
     for key, value in rows:
-        grid.add_row(Text(key, style="bold"), Text(value))
+        grid.add_row(Text(f"{key:<10}", style="bold"), Text(value))
     trans = Table.grid(padding=(0, 2))
     for _ in range(4):
         trans.add_column(no_wrap=True)

@@ -32,13 +32,14 @@ class HelpScreen(ModalScreen[None]):
         self.sections = sections
 
     def compose(self) -> ComposeResult:
-        table = Table.grid(padding=(0, 2))
+        table = Table.grid()
         table.add_column(no_wrap=True)
-        table.add_column()
+        table.add_column(ratio=1)
+        width = max((len(key) for _, rows in self.sections for key, _ in rows), default=4) + 2
         for title, rows in self.sections:
             table.add_row(Text(title, style="bold"), "")
             for key, description in rows:
-                table.add_row(Text(key), Text(description))
+                table.add_row(Text(f"  {key:<{width}}"), Text(description))
             table.add_row("", "")
         with Vertical(id="help-dialog"):
             with VerticalScroll(id="help-body"):
