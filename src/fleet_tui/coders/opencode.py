@@ -10,12 +10,16 @@ provider base URL for tests).
 
 Two behaviours the engine must cover, because nothing on stdout reveals them:
 
-* OpenCode retries retryable errors (429, 5xx) silently and without an upper bound
-  (anomalyco/opencode#21960), printing nothing meanwhile. Only the engine's inactivity timeout
-  ends such a run; the outcome is then classified by the engine (``stalled``), not here.
-* OpenCode puts no rate-limit data on stdout. A 429 becomes visible only when OpenCode gives up
-  and prints an ``error`` line with ``statusCode: 429``; that yields a ``rate_limit`` event and
-  the ``rate_limited`` outcome.
+* OpenCode retries retryable errors (429, 5xx) silently, printing nothing meanwhile. Builds
+  around 1.18.10 retry without an upper bound (anomalyco/opencode#21960): only the engine's
+  inactivity timeout ends such a run, and the engine classifies it (``stalled``), not this
+  module. 1.18.33, as run by tests/coders/test_real_opencode.py, gives up after 5 retries
+  (about 80 s of exponential back-off; about 10 s when the API sends ``retry-after: 1``), so an
+  inactivity timeout shorter than that turns a recoverable 429 into a stall.
+* OpenCode puts no rate-limit data on stdout while it retries (cost arrives per finished
+  step only). A 429 becomes visible only when OpenCode gives up and prints an ``error`` line with
+  ``statusCode: 429`` (and the response headers); that yields a ``rate_limit`` event and the
+  ``rate_limited`` outcome.
 """
 
 from __future__ import annotations
@@ -274,7 +278,8 @@ class OpenCodeCoder(BaseCoder):
 
     No ``--auto`` flag: the per-run config's ``permission`` block allows edits and shell, which
     works on versions before and after ``--auto`` existed. The engine's inactivity timeout is
-    what ends a run that OpenCode keeps retrying (429s are retried silently, forever).
+    what ends a run that OpenCode keeps retrying: 429s are retried silently (forever on some
+    1.18 builds), and stdout carries no cost or rate-limit data until it gives up.
     """
 
     name: ClassVar[str] = "opencode"
