@@ -168,7 +168,8 @@ def test_poll_flushes_pending_text() -> None:
     for line in lines[5:]:
         rest += n.feed(line, 4.0)
     assert kinds(rest) == ["text", "usage", "result"]
-    assert rest[-1].text.startswith("The command ran. Output was: <untrusted_context>")  # whole answer
+    # the result carries the whole answer, even though poll split the text events
+    assert (rest[-1].text or "").startswith("The command ran. Output was: <untrusted_context>")
 
 
 def test_usage_from_stats() -> None:
