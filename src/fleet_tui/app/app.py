@@ -154,6 +154,8 @@ class FleetApp(App[None]):
         self.queue.focus()
         if self.queue.row_count:
             self._follow(self.queue.selected_id)
+        else:
+            self.stream.write("No tasks yet: press n to add one, or run `fleet-tui load tasks.toml`.")
         self.set_interval(PULL_SECONDS, self.pull)
         if self.run_engine is not None:
             self.run_worker(self.run_engine(), exclusive=False, group="engine", exit_on_error=False)
