@@ -81,6 +81,7 @@ async def test_answer_with_an_option() -> None:
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: engine.calls, "answer")
         assert engine.calls == [("answer", ("q-0001", "Apache-2.0"))]
+        await wait_for(pilot, lambda: app.focused is app.queue, "focus back on the queue")
 
 
 async def test_answer_escape_cancels_and_empty_is_not_sent() -> None:

@@ -198,6 +198,8 @@ class FleetApp(App[None]):
     def refresh_views(self) -> None:
         now = self.clock()
         self.queue.sync(self.tasks.values(), now, self.asking)
+        if self.stream.task_id is None and self.queue.row_count:
+            self._follow(self.queue.selected_id)
         self._retitle_queue()
         self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
         self.gauges.show(self.snap, now)
@@ -408,6 +410,9 @@ class FleetApp(App[None]):
 
     def on_inbox_answer(self, message: Inbox.Answer) -> None:
         self.send(lambda: self.engine.answer(message.question_id, message.text))
+
+    def on_inbox_done(self, message: Inbox.Done) -> None:
+        self.queue.focus()
 
     def action_answer(self) -> None:
         if not self.questions:

@@ -38,6 +38,9 @@ class Inbox(Vertical):
             self.question_id = question_id
             self.text = text
 
+    class Done(Message):
+        """The answer form closed (sent or cancelled): the app puts focus back on the queue."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.items: dict[str, InboxItem] = {}
@@ -124,7 +127,7 @@ class Inbox(Vertical):
     def action_cancel_answer(self) -> None:
         if self.answering is not None:
             self.close_answer()
-            self.query_one("#questions", OptionList).focus()
+        self.post_message(self.Done())
 
     def _send(self, text: str) -> None:
         if self.answering is None:
@@ -134,7 +137,7 @@ class Inbox(Vertical):
             return
         self.post_message(self.Answer(self.answering.id, text.strip()))
         self.close_answer()
-        self.query_one("#questions", OptionList).focus()
+        self.post_message(self.Done())
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "answer-input":
