@@ -261,9 +261,10 @@ class Engine(Controller):
         if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
             return False
         decisions = await self._plan()
-        await anyio.to_thread.run_sync(
-            self.store.set_waiting, {t.id: (None if d.ok else d.reason) for t, d in decisions}
-        )
+        changed = {t.id: (None if d.ok else d.reason) for t, d in decisions
+                   if (None if d.ok else d.reason) != t.waiting}
+        if changed:
+            await anyio.to_thread.run_sync(self.store.set_waiting, changed)
         started = False
         for t, d in decisions:
             if not d.ok or len(self.runners) >= self.cfg.max_concurrent or self._stopping:

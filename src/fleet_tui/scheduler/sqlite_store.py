@@ -143,6 +143,7 @@ class SqliteStore:
                 "Use a local --home, or a PostgreSQL store (--store postgresql://...)"
             )
         self._lock = threading.RLock()
+        self._specs: dict[str, TaskSpec] = {}
         try:
             self._db = sqlite3.connect(
                 path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
@@ -208,14 +209,17 @@ class SqliteStore:
         " AS asking FROM tasks t"
     )
 
-    @staticmethod
-    def _task(row: sqlite3.Row) -> Task:
+    def _task(self, row: sqlite3.Row) -> Task:
         kw = {c: row[c] for c in TASK_COLUMNS}
         kw["paused_running"] = bool(kw["paused_running"])
         keys = row.keys()
+        tid = row["id"]
+        spec = self._specs.get(tid)
+        if spec is None:  # a spec never changes after add: parse it once
+            spec = self._specs[tid] = spec_from_json(row["spec"])
         return Task(
-            id=row["id"],
-            spec=spec_from_json(row["spec"]),
+            id=tid,
+            spec=spec,
             status=TaskStatus(row["status"]),
             waiting=row["waiting"],
             asking=bool(row["asking"]) if "asking" in keys else False,
