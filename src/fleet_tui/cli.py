@@ -361,7 +361,9 @@ def _event_line(e: Any) -> str:
         body = f"{e.usage.total} tokens" + (f", context {e.context_tokens}" if e.context_tokens else "")
     elif e.kind == "rate_limit" and e.rate_limit:
         body = f"{e.rate_limit.status} {e.rate_limit.window or ''}"
-    body = body.replace("\n", " ⏎ ")
+    from fleet_tui.scheduler.inbox import sanitize_for_display
+
+    body = sanitize_for_display(body.replace("\n", " ⏎ "), one_line=True)
     if len(body) > 400:
         body = body[:400] + "…"
     return f"{ts} a{e.attempt} {e.kind:<12} {body}"
@@ -442,9 +444,11 @@ def cmd_questions(ctx: Ctx) -> int:
         return 0
     if not qs:
         print("no pending questions")
-    for q in qs:
-        opts = f"  [{' | '.join(q.options)}]" if q.options else ""
-        print(f"{q.id}  {names.get(q.task_id, q.task_id)}: {q.text}{opts}")
+    from fleet_tui.scheduler.inbox import sanitize_for_display as clean
+
+    for q in qs:  # agent-provided text is data: never let it drive the terminal
+        opts = f"  [{' | '.join(clean(o, one_line=True) for o in q.options)}]" if q.options else ""
+        print(f"{q.id}  {names.get(q.task_id, q.task_id)}: {clean(q.text, one_line=True)}{opts}")
     return 0
 
 

@@ -220,6 +220,7 @@ class AttemptRunner:
         self.context_window: int | None = None
         self.last_text: str | None = None
         self.paused = False
+        self.open_questions: set[str] = set()  # ask_human tool calls without a result yet
 
     # -- control ------------------------------------------------------------------------------
     def stop(self, reason: str, detail: str | None = None) -> None:
@@ -375,6 +376,10 @@ class AttemptRunner:
         return events
 
     def _account(self, e: Event) -> None:
+        if e.kind == "tool_call" and e.tool and "ask_human" in e.tool:
+            self.open_questions.add(e.tool_id or "")
+        elif e.kind == "tool_result" and (e.tool_id or "") in self.open_questions:
+            self.open_questions.discard(e.tool_id or "")
         if e.usage is not None:
             self.tokens += e.usage.total
         if e.cost_usd is not None:
@@ -390,7 +395,7 @@ class AttemptRunner:
         lim = self.limits
         if self.stop_reason is not None or self.paused:
             return
-        if self.is_asking():
+        if self.open_questions or self.is_asking():
             self.last_output = now  # waiting on a person does not count towards a stall
         if lim.stall_s is not None and now - self.last_output > lim.stall_s:
             self.stop("stalled", f"no output for {lim.stall_s / 60:g} min")
