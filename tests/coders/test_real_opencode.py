@@ -83,7 +83,8 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))  # what prepare links from
-    return {"ANTHROPIC_API_KEY": "sk-ant-fake", "HOME": str(home)}
+    # models.dev metadata: use the snapshot bundled in the binary, never the network
+    return {"ANTHROPIC_API_KEY": "sk-ant-fake", "HOME": str(home), "OPENCODE_DISABLE_MODELS_FETCH": "1"}
 
 
 def run_against_fake(
