@@ -143,6 +143,7 @@ class Engine(Controller):
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg
                     await self._adopt_orphans()
+                    await self._sweep_worktrees()
                     self._started.set()
                     await self._schedule_loop(until_idle)
                     if self._leave_running:
@@ -261,8 +262,11 @@ class Engine(Controller):
         if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
             return False
         decisions = await self._plan()
-        changed = {t.id: (None if d.ok else d.reason) for t, d in decisions
-                   if (None if d.ok else d.reason) != t.waiting}
+        changed = {
+            t.id: (None if d.ok else d.reason)
+            for t, d in decisions
+            if (None if d.ok else d.reason) != t.waiting
+        }
         if changed:
             await anyio.to_thread.run_sync(self.store.set_waiting, changed)
         started = False
@@ -413,6 +417,13 @@ class Engine(Controller):
         task = fresh
         if r.peak_mem:
             self.mem.record(r.coder, r.peak_mem)
+        if task.worktree:  # uncommitted work goes to the branch as a WIP commit, never discarded
+            from fleet_tui.scheduler.launch import commit_leftovers
+
+            try:
+                await anyio.to_thread.run_sync(commit_leftovers, self, task)
+            except Exception as e:
+                self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
         v = decide(task, res, self.policy(), now, self._rl_strikes.get(r.account, 0))
         att_fields: dict[str, Any] = {
             "ended_at": now,
@@ -775,6 +786,33 @@ class Engine(Controller):
         if task is None:
             return f"no task {ref!r}"
         return await anyio.to_thread.run_sync(task_diff, self.home, task)
+
+    async def _sweep_worktrees(self) -> None:
+        """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""
+        from fleet_tui.scheduler import worktree as wt
+
+        def work() -> None:
+            alive = {
+                t.name
+                for t in self.store.list_tasks()
+                if t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED)
+            }
+            report = wt.sweep(self.home / "worktrees", lambda name: name in alive)
+            if report.removed or report.kept_dirty:
+                self.bus.publish(
+                    [
+                        EngineEvent(
+                            kind="notice",
+                            text=f"worktrees swept: removed {len(report.removed)}, "
+                            f"kept {len(report.kept_dirty)} with uncommitted work",
+                        )
+                    ]
+                )
+
+        try:
+            await anyio.to_thread.run_sync(work)
+        except Exception as e:
+            self.bus.publish([EngineEvent(kind="notice", text=f"worktree sweep failed: {e}")])
 
     # -- adoption -----------------------------------------------------------------------------
     async def _adopt_orphans(self) -> None:
