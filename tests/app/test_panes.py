@@ -12,6 +12,7 @@ from rich.console import Console
 from textual.widgets import Input, OptionList, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.stream import MAX_LINES
 from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.screens.confirm import ConfirmScreen
@@ -330,3 +331,17 @@ async def test_detail_screen_and_log_search() -> None:
         assert len(log.lines) == 2
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DetailScreen))
+
+
+async def test_stream_is_batched_and_capped() -> None:
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.flushes, "fill")
+        before = len(app.stream.lines)
+        app.stream.offer([Event("t-0002", 3, i, sc.NOW, "text", text=f"line {i}") for i in range(3000)])
+        assert len(app.stream.lines) == before  # buffered until the timer flushes
+        app.stream.flush()
+        assert len(app.stream.lines) == MAX_LINES
+        assert "line 2999" in app.stream.lines[-1].text

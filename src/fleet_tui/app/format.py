@@ -399,7 +399,7 @@ def diffstat(diff: str, limit: int = 30) -> str:
     """The stat part of ``engine.diff`` (lines before the first ``diff --git``), or a count."""
     head: list[str] = []
     for line in diff.splitlines():
-        if line.startswith("diff --git"):
+        if line.startswith(("diff --git", "--- ", "@@")):
             break
         head.append(line)
     stat = "\n".join(head).strip()
