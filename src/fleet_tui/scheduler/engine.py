@@ -47,7 +47,7 @@ from fleet_tui.scheduler.outcome import Policy, after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, write_lease
 from fleet_tui.scheduler.states import ACTIVE, PARKED, TaskStatus
 from fleet_tui.scheduler.store import Store
-from fleet_tui.scheduler.verify import run_verifiers
+from fleet_tui.scheduler.verify import AgentReviewer, run_verifiers
 
 #: gate reasons that clear by themselves as agents finish
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
@@ -453,7 +453,10 @@ class Engine(Controller):
                 return
             self.publish_task(moved)
             workdir = Path(task.workdir or task.spec.cwd)
-            vr = await anyio.to_thread.run_sync(lambda: run_verifiers(task.spec.verify, workdir))
+            reviewer = self.reviewer(task)
+            vr = await anyio.to_thread.run_sync(
+                lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer)
+            )
             verify_out = vr.output or None
             if vr.output:
                 await self._sink(
@@ -545,6 +548,14 @@ class Engine(Controller):
                 cascade_failure, self.store, task, self.clock(), self.owner
             ):
                 self.publish_task(t)
+
+    def reviewer(self, task: Task) -> AgentReviewer | None:
+        """How ``agent`` verifiers of this task ask a read-only reviewer (see review.py)."""
+        if not any(v.kind == "agent" for v in task.spec.verify):
+            return None
+        from fleet_tui.scheduler.review import make_reviewer
+
+        return make_reviewer(self.home, task, self.cfg)
 
     def policy(self) -> Policy:
         return Policy(
