@@ -216,3 +216,27 @@ def test_engine_and_coders_import_no_ui() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_crashed_attempt_is_resumed_with_an_assess_first_prompt(tmp_path: Path) -> None:
+    home, log = tmp_path / "home", tmp_path / "side.txt"
+    cmd = (
+        f'echo "start $FLEET_ATTEMPT" >> {log}; '
+        'if [ "$FLEET_ATTEMPT" = 1 ]; then sleep 120; fi; '
+        f'grep -q "Resuming after a crash" "$FLEET_PROMPT_FILE" && echo resumed >> {log}'
+    )
+    fleet(home, "add", "crash me", "--name", "c", "--cwd", str(tmp_path), "--command", cmd)
+    run1 = fleet_bg(home, "run", log=tmp_path / "run1.log")
+    wait_for(lambda: log.exists() and "start 1" in log.read_text(), 30, what="the first attempt")
+    t = by_name(home)["c"]
+    shim = json.loads((home / "tasks" / t["id"] / "attempts" / "1" / "shim.json").read_text())
+    # the whole machine "crashes": supervisor, shim and agent die without a word
+    for pid in (run1.pid, shim["pid"], shim["agent_pid"]):
+        os.kill(pid, signal.SIGKILL)
+    run1.wait(timeout=10)
+    wait_for(lambda: not pid_alive(shim["pid"]), 10, what="the shim to die")
+    run2 = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run2.log")
+    assert run2.wait(timeout=60) == 0, (tmp_path / "run2.log").read_text()
+    st = by_name(home)["c"]
+    assert st["status"] == "done" and st["attempt"] == 2 and st["retries_used"] == 0
+    assert log.read_text().split("\n")[:3] == ["start 1", "start 2", "resumed"]

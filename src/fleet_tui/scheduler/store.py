@@ -107,12 +107,12 @@ def event_from_row(
     return Event(task_id=task_id, attempt=attempt, seq=seq, ts=ts, kind=kind, text=text, **d)
 
 
-def is_nfs(path: str) -> bool:
+def is_nfs(path: str, mounts: str = "/proc/mounts") -> bool:
     """True when ``path`` lives on an NFS (or other network) mount, where SQLite locking lies."""
     try:
         real = os.path.realpath(path)
         best, fstype = "", ""
-        with open("/proc/mounts", encoding="utf-8") as fh:
+        with open(mounts, encoding="utf-8") as fh:
             for line in fh:
                 parts = line.split()
                 if len(parts) < 3:
