@@ -642,3 +642,34 @@ def test_pg_notify_wakes_without_the_fallback(pg_schema: str) -> None:
         for s in (watcher, writer, other):
             s.close()
         drop_schema(pg_schema + "_x")
+
+
+@pytest.mark.postgres
+def test_pg_survives_killed_connections(pg_schema: str) -> None:
+    """A server restart or a dropped network kills idle connections: the next call reconnects."""
+    import psycopg
+
+    from fleet_tui.scheduler.postgres_store import PostgresStore
+
+    s = PostgresStore(PG_URL, schema=pg_schema, fallback_s=None)
+    try:
+        s.add_tasks([spec("a")], NOW)
+        s.get_setting("warm")  # a second pooled connection is fine too
+        m0 = s.change_marker()
+        ours = sorted(s._pool.pids | {s._listener.info.backend_pid})  # this store's sessions only
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            killed = admin.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n"
+                                   " FROM unnest(%s::int[]) AS pid", (ours,)).fetchone()
+            deadline = time.monotonic() + 20
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (ours,)).fetchone():
+                assert time.monotonic() < deadline, "the killed sessions did not go away"
+                time.sleep(0.01)
+        assert len(ours) >= 2 and killed == (len(ours),)
+        assert s.get_task("a") is not None  # a read after the kill: retried on a fresh connection
+        assert s.claim("e1", "h", (), NOW, 60.0, "sim", None).name == "a"  # a write: BEGIN retried
+        deadline = time.monotonic() + 20
+        while s.change_marker() == m0:  # the listener died: the marker moves (we may have missed news)
+            assert time.monotonic() < deadline, "change_marker did not move after the listener died"
+            time.sleep(0.01)
+    finally:
+        s.close()

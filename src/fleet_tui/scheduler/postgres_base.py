@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -32,6 +32,7 @@ from fleet_tui.scheduler.store import StoreError
 
 Conn = psycopg.Connection[DictRow]
 Args = Sequence[Any] | dict[str, Any] | None
+T = TypeVar("T")
 
 
 def q(text: str) -> sql.SQL:
@@ -63,51 +64,66 @@ class Tx:
 
 
 class Pool:
-    """A few reusable connections shared by many threads."""
+    """A few reusable connections shared by many threads (at most ``size`` in use at once)."""
 
     def __init__(self, connect: Callable[[], Conn], size: int) -> None:
         self._connect = connect
         self._idle: list[Conn] = []
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(size)
+        self._pid: dict[int, int] = {}  # id(conn) -> backend pid
         self.pids: set[int] = set()  # backend pids of our connections (to ignore our own NOTIFYs)
 
     def adopt(self, conn: Conn) -> None:
-        with self._lock:
-            self.pids.add(conn.info.backend_pid)
-            self._idle.append(conn)
+        self._slots.acquire()
+        self._track(conn)
+        self.release(conn)
 
-    @contextmanager
-    def get(self) -> Iterator[Conn]:
-        with self._slots:
+    def _track(self, conn: Conn) -> None:
+        with self._lock:
+            self._pid[id(conn)] = conn.info.backend_pid
+            self.pids.add(conn.info.backend_pid)
+
+    def acquire(self) -> Conn:
+        self._slots.acquire()
+        try:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 conn = self._connect()
+                self._track(conn)
+            return conn
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def release(self, conn: Conn) -> None:
+        """Back to the idle list, or closed when broken or left inside a transaction."""
+        try:
+            if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+                self._discard(conn)
+            else:
                 with self._lock:
-                    self.pids.add(conn.info.backend_pid)
-            try:
-                yield conn
-            finally:
-                if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
-                    self._discard(conn)
-                else:
-                    with self._lock:
-                        self._idle.append(conn)
+                    self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    def reset(self) -> None:
+        """Close every idle connection (after one turned out dead, e.g. a server restart)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            self._discard(c)
 
     def _discard(self, conn: Conn) -> None:
         with self._lock:
-            self.pids.discard(conn.info.backend_pid)
+            self.pids.discard(self._pid.pop(id(conn), 0))
         try:
             conn.close()
         except psycopg.Error:
             pass
 
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for c in idle:
-            self._discard(c)
+    close = reset
 
 
 class PgBase:
@@ -194,6 +210,26 @@ class PgBase:
             raise ps.explain(e, self.url) from e
 
     # -- transactions --------------------------------------------------------------------------
+    def _checkout(self, first: Callable[[Conn], T]) -> tuple[Conn, T]:
+        """A pooled connection and ``first(conn)``; when the connection turns out dead (server
+        restarted, network dropped while it idled), the idle ones are dropped and ``first`` runs
+        once more on a fresh connection. ``first`` must be safe to repeat (a read, or BEGIN)."""
+        conn = self._pool.acquire()
+        try:
+            return conn, first(conn)
+        except psycopg.Error as e:
+            broken = conn.broken
+            self._pool.release(conn)
+            if not broken:
+                raise ps.explain(e, self.url) from e
+        self._pool.reset()
+        conn = self._pool.acquire()
+        try:
+            return conn, first(conn)
+        except psycopg.Error as e:
+            self._pool.release(conn)
+            raise ps.explain(e, self.url) from e
+
     @contextmanager
     def _tx(self) -> Iterator[Tx]:
         """A writing transaction; NOTIFYs the channel after it committed a change.
@@ -203,33 +239,40 @@ class PgBase:
         serializes every committing engine (claims/s dropped by almost half with 4 engines). A
         NOTIFY lost to a crash in between only delays peers until ``change_marker``'s fallback.
         """
-        with self._pool.get() as conn:
-            try:
-                with conn.transaction(), conn.cursor() as cur:
-                    tx = Tx(cur)
+        conn, _ = self._checkout(lambda c: c.execute("BEGIN"))
+        committed = False
+        try:
+            with conn.cursor() as cur:
+                tx = Tx(cur)
+                try:
                     yield tx
-            except psycopg.Error as e:
-                raise ps.explain(e, self.url) from e
+                    conn.execute("COMMIT")
+                    committed = True
+                finally:
+                    if not committed and not conn.broken and not conn.closed:
+                        try:
+                            conn.execute("ROLLBACK")
+                        except psycopg.Error:
+                            pass
             if tx.changed:
                 try:
                     conn.execute("SELECT pg_notify(%s, %s)", (ps.CHANNEL, self.schema))
                 except psycopg.Error:
                     pass  # the write is committed; the wake-up is best effort
+        except psycopg.Error as e:
+            raise ps.explain(e, self.url) from e
+        finally:
+            self._pool.release(conn)
 
     def _all(self, text: str, args: Args = None) -> list[DictRow]:
-        with self._pool.get() as conn:
-            try:
-                return conn.execute(q(text), args).fetchall()
-            except psycopg.Error as e:
-                raise ps.explain(e, self.url) from e
+        conn, rows = self._checkout(lambda c: c.execute(q(text), args).fetchall())
+        self._pool.release(conn)
+        return rows
 
     def _run(self, text: str) -> None:
         """A statement outside any transaction (ANALYZE), no result."""
-        with self._pool.get() as conn:
-            try:
-                conn.execute(q(text))
-            except psycopg.Error as e:
-                raise ps.explain(e, self.url) from e
+        conn, _ = self._checkout(lambda c: c.execute(q(text)))
+        self._pool.release(conn)
 
     # -- wake-ups ------------------------------------------------------------------------------
     def _start_listener(self) -> None:

@@ -262,9 +262,13 @@ RETURNING id, attempt"""
         if not reasons:
             return
         with self._tx() as tx:
+            # rows are locked in id order: two engines refreshing overlapping sets cannot deadlock
             tx.execute(
-                "UPDATE tasks t SET waiting = r.why FROM unnest(%s::text[], %s::text[]) AS r(id, why)"
-                " WHERE t.id = r.id AND t.status = 'queued' AND t.waiting IS DISTINCT FROM r.why",
+                "WITH l AS (SELECT t.id, r.why FROM tasks t"
+                " JOIN unnest(%s::text[], %s::text[]) AS r(id, why) ON r.id = t.id"
+                " WHERE t.status = 'queued' AND t.waiting IS DISTINCT FROM r.why"
+                " ORDER BY t.id FOR UPDATE OF t)"
+                " UPDATE tasks t SET waiting = l.why FROM l WHERE t.id = l.id AND t.status = 'queued'",
                 (list(reasons), list(reasons.values())))
 
     def transitions(self, task_id: str) -> list[Transition]:
