@@ -345,3 +345,15 @@ async def test_stream_is_batched_and_capped() -> None:
         app.stream.flush()
         assert len(app.stream.lines) == MAX_LINES
         assert "line 2999" in app.stream.lines[-1].text
+
+
+async def test_detail_tabs_by_number() -> None:
+    app = sc.make_app(sc.parked())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen), "detail")
+        tabs = app.screen.query_one("#detail-tabs")
+        for key, tab in [("2", "tab-attempts"), ("3", "tab-diff"), ("4", "tab-log"), ("1", "tab-overview")]:
+            await pilot.press(key)
+            await pilot.pause()
+            assert tabs.active == tab  # type: ignore[attr-defined]

@@ -47,7 +47,7 @@ class FleetApp(App[None]):
     """The cockpit. ``FleetApp(engine, title=..., on_quit="ask", clock=None, run_engine=None)``."""
 
     CSS_PATH = STYLES
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
     COMMANDS = App.COMMANDS | {FleetCommands}
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [

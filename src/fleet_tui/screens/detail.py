@@ -111,7 +111,11 @@ def attempts_view(attempts: list[Attempt]) -> Group:
 class DetailScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "close", "Back"),
-        Binding("slash", "search", "Search log"),
+        Binding("slash", "search", "Search log", key_display="/"),
+        Binding("1", "tab('tab-overview')", "Overview"),
+        Binding("2", "tab('tab-attempts')", "Attempts"),
+        Binding("3", "tab('tab-diff')", "Diff"),
+        Binding("4", "tab('tab-log')", "Log"),
     ]
 
     def __init__(self, engine: EngineAPI, task: Task, clock: Callable[[], float]) -> None:
@@ -185,6 +189,9 @@ class DetailScreen(Screen[None]):
     def action_search(self) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = "tab-log"
         self.query_one("#log-search", Input).focus()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#detail-tabs", TabbedContent).active = tab
 
     def action_close(self) -> None:
         self.dismiss(None)
