@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fleet_tui.scheduler.model import VerifySpec
 
@@ -26,8 +27,12 @@ class VerifyResult:
     output: str  # every verifier's output, in order
 
 
-#: runs an agent reviewer: (prompt, coder, model, workdir) -> reply text
-AgentReviewer = Callable[[str, str | None, str | None, Path], str]
+class AgentReviewer(Protocol):
+    """Runs a read-only reviewer (``review.make_reviewer``): the reply text, or raises with why not."""
+
+    def __call__(
+        self, prompt: str, coder: str | None, model: str | None, workdir: Path, timeout_s: float = ...
+    ) -> str: ...
 
 
 def _cap(text: str) -> str:
@@ -70,14 +75,17 @@ def run_verifier(
         "line that is exactly PASS or FAIL."
     )
     try:
-        reply = reviewer(prompt, v.coder, v.model, workdir)
+        reply = reviewer(prompt, v.coder, v.model, workdir, timeout_s=timeout_s)
     except Exception as e:
         return False, f"reviewer failed: {e}"
-    verdict = _verdict(reply)
+    verdict = verdict_of(reply)
+    if verdict is None:
+        return False, _cap(reply) + "\n(no PASS or FAIL in the reply: counted as FAIL)"
     return verdict == "PASS", _cap(reply)
 
 
-def _verdict(reply: str) -> str | None:
+def verdict_of(reply: str) -> str | None:
+    """The reply's last PASS or FAIL (a whole word), or None."""
     found = re.findall(r"\b(PASS|FAIL)\b", reply)
     return found[-1] if found else None
 

@@ -1,0 +1,262 @@
+"""The ``agent`` verifier's reviewer: one read-only run of a coder that answers PASS or FAIL.
+
+Why it exists: DESIGN section 7 lets a task be judged by another agent ("Review the diff for
+missing auth checks"). That reviewer is not an attempt: it must not take a slot, touch the task's
+state or ask a person, and it must leave the working directory as it found it. So it is run
+here, outside the shim and the store, as a plain blocking subprocess (the engine calls the
+verifiers in a thread): the coder builds the command exactly as for an attempt (``prepare``,
+``argv``, ``env``, ``stdin``), the process runs in its own session in the task's working
+directory and is killed as a group when it overruns, and its stdout goes through the coder's own
+normalizer, so every vendor's stream format works without new parsing.
+
+The reply handed to ``verify.py`` is the run's final result text (or its last text message);
+when that has no verdict, every text message of the run, so a scripted ``@sim say=PASS`` or a
+reviewer that states its verdict before a closing summary still counts. ``verify.py`` treats a
+reply without PASS or FAIL as FAIL. A reviewer that fails to run (not found, an error result,
+a timeout, files changed in a git working directory) raises ``ReviewerError``, which
+``verify.py`` turns into a failed verifier with the reason.
+
+Everything a review produced stays under ``tasks/<id>/reviews/<n>/`` (prompt, raw stdout,
+stderr, exit status, the reply), next to the attempts, for ``logs`` and post-mortems.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
+from fleet_tui.config import Config
+from fleet_tui.scheduler.model import Task
+
+#: how long one review may run unless its verifier says otherwise (``timeout_min``)
+DEFAULT_TIMEOUT_S = 600.0
+#: between SIGTERM and SIGKILL of an overrunning reviewer's process group
+KILL_GRACE_S = 3.0
+#: environment variables of the engine that must not leak into a reviewer
+_DROP_ENV = ("FLEET_PROMPT", "FLEET_MCP_COMMAND", "FLEET_ATTEMPT", "FLEET_TASK_NAME", "FLEET_WORKDIR")
+
+
+class ReviewerError(RuntimeError):
+    """The reviewer could not give a verdict; the message says why (shown as the verifier's output)."""
+
+
+class Reviewer:
+    """``(prompt, coder, model, workdir, timeout_s=...) -> reply``: what ``verify.AgentReviewer`` asks.
+
+    One instance per task verification; each call is one review run in its own directory.
+    """
+
+    def __init__(self, home: Path, task: Task, cfg: Config) -> None:
+        self.home = Path(home)
+        self.task = task
+        self.cfg = cfg
+
+    def coder_name(self, coder: str | None) -> str:
+        """The verifier's coder, else the task's (frozen at claim, else its spec's), else the default."""
+        return coder or self.task.coder or self.task.spec.coder or self.cfg.default_coder
+
+    def reviews_dir(self) -> Path:
+        return self.home / "tasks" / self.task.id / "reviews"
+
+    def _new_dir(self) -> Path:
+        root = self.reviews_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        n = 1 + max((int(p.name) for p in root.iterdir() if p.name.isdigit()), default=0)
+        while True:
+            d = root / str(n)
+            try:
+                d.mkdir()
+                return d
+            except FileExistsError:  # another review of the same task started meanwhile
+                n += 1
+
+    def __call__(
+        self,
+        prompt: str,
+        coder: str | None,
+        model: str | None,
+        workdir: Path,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> str:
+        name = self.coder_name(coder)
+        try:
+            impl = get_coder(name)
+        except CoderNotFound as e:
+            raise ReviewerError(str(e)) from e
+        ok, detail = impl.available()
+        if not ok:
+            raise ReviewerError(f"reviewer coder {name}: {detail}")
+        workdir = Path(workdir)
+        adir = self._new_dir()
+        # the reviewer sees a task whose prompt is the review and whose coder/model are its own
+        spec = replace(self.task.spec, prompt=prompt, coder=name, model=model, command=None)
+        rtask = replace(self.task, spec=spec, coder=name, model=model)
+        ctx = AttemptContext(
+            task=rtask,
+            attempt=self.task.attempt,  # so ``@sim:N`` lines in a review prompt follow the attempt
+            prompt=prompt,
+            workdir=workdir,
+            attempt_dir=adir,
+            home=self.home,
+            model=model,
+            mcp_command=(),  # no ask_human: a reviewer never waits on a person
+        )
+        (adir / "prompt.txt").write_text(prompt, encoding="utf-8")
+        try:
+            impl.prepare(ctx)
+            argv = impl.argv(ctx)
+            extra = impl.env(ctx)
+            stdin = impl.stdin(ctx)
+        except (ValueError, OSError) as e:
+            raise ReviewerError(f"reviewer coder {name}: {e}") from e
+        env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
+        env.update(
+            {
+                "PWD": str(workdir),
+                "FLEET_TASK_ID": self.task.id,
+                "FLEET_REVIEW": "1",
+                "FLEET_ATTEMPT": str(self.task.attempt),
+            }
+        )
+        env.update(dict(self.task.spec.env))
+        env.update(extra)
+        before = _fingerprint(workdir)
+        out, err, code, timed_out = _run(argv, workdir, env, stdin, timeout_s)
+        (adir / "stdout.jsonl").write_bytes(out)
+        (adir / "stderr.log").write_bytes(err)
+        (adir / "exit.json").write_text(json.dumps({"exit_code": code, "timed_out": timed_out}) + "\n")
+        if timed_out:
+            raise ReviewerError(f"the {name} reviewer timed out after {timeout_s:g}s (killed)")
+        reply, problem = _reply(impl, self.task.id, self.task.attempt, adir, out, code)
+        (adir / "reply.txt").write_text(reply, encoding="utf-8")
+        after = _fingerprint(workdir)
+        if before is not None and after is not None and before != after:
+            raise ReviewerError(
+                f"the {name} reviewer changed files in {workdir}; a reviewer must be read-only "
+                f"(its reply was: {reply[-500:]!r})"
+            )
+        if problem:
+            raise ReviewerError(problem)
+        return reply
+
+
+def make_reviewer(home: Path, task: Task, cfg: Config) -> Reviewer:
+    """The reviewer ``agent`` verifiers of ``task`` use (see ``Engine.reviewer``)."""
+    return Reviewer(home, task, cfg)
+
+
+def _run(
+    argv: list[str], workdir: Path, env: dict[str, str], stdin: bytes | None, timeout_s: float
+) -> tuple[bytes, bytes, int | None, bool]:
+    """Run in a new session; on timeout TERM then KILL the whole group. (stdout, stderr, code, timed out)."""
+    try:
+        p = subprocess.Popen(
+            argv,
+            cwd=str(workdir),
+            env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as e:
+        raise ReviewerError(f"could not start the reviewer {argv[0]!r}: {e}") from e
+    try:
+        out, err = p.communicate(stdin, timeout=timeout_s)
+        return out, err, p.returncode, False
+    except subprocess.TimeoutExpired:
+        _kill_group(p.pid, signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+        return out or b"", err or b"", p.returncode, True
+    finally:
+        if p.poll() is None:  # an exception above: never leave a reviewer behind
+            _kill_group(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pid, sig)
+
+
+def _reply(
+    impl: Coder, task_id: str, attempt: int, adir: Path, out: bytes, code: int | None
+) -> tuple[str, str | None]:
+    """Normalize the reviewer's stdout: (reply text, a problem that voids the verdict or None)."""
+    norm = impl.normalizer(task_id, attempt, 0, adir)
+    texts: list[str] = []
+    result_text: str | None = None
+    for raw in out.decode("utf-8", errors="replace").splitlines():
+        try:
+            events = norm.feed(raw, 0.0)
+        except Exception:  # a coder bug must not hide the reply
+            continue
+        for e in events:
+            if e.kind == "text" and e.text:
+                texts.append(e.text)
+            elif e.kind == "result" and e.text:
+                result_text = e.text
+    with contextlib.suppress(Exception):
+        for e in norm.poll(0.0):
+            if e.kind == "text" and e.text:
+                texts.append(e.text)
+    outcome = norm.outcome(code)
+    final = outcome.result_text or result_text or (texts[-1] if texts else "")
+    reply = final
+    if not _has_verdict(final) and texts:
+        body = texts if texts[-1] == final else [*texts, final]
+        reply = "\n".join(t for t in body if t)
+    problem = None
+    if outcome.kind != "success":
+        why = outcome.detail or (f"exit {code}" if code is not None else "no exit status")
+        problem = f"the reviewer did not finish ({outcome.kind}: {why})"
+    return reply, problem
+
+
+def _has_verdict(text: str) -> bool:
+    from fleet_tui.scheduler.verify import verdict_of
+
+    return verdict_of(text) is not None
+
+
+def _fingerprint(workdir: Path) -> str | None:
+    """A hash of a git working directory's changes (None outside git): the reviewer must not move it."""
+    try:
+        st = subprocess.run(
+            ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all"],
+            cwd=workdir,
+            capture_output=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+        if st.returncode != 0:
+            return None
+        diff = subprocess.run(
+            ["git", "diff", "HEAD", "--no-color", "--no-ext-diff"],
+            cwd=workdir,
+            capture_output=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    h = hashlib.sha256(st.stdout)
+    h.update(diff.stdout)
+    for line in st.stdout.split(b"\0"):  # untracked files' content is not in the diff
+        if line.startswith(b"?? "):
+            p = Path(workdir) / os.fsdecode(line[3:])
+            with contextlib.suppress(OSError):
+                h.update(p.read_bytes()[: 1 << 20])
+    return h.hexdigest()
