@@ -44,7 +44,7 @@ from fleet_tui.scheduler.model import (
     Transition,
 )
 from fleet_tui.scheduler.outcome import Policy, after_verify, decide
-from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, write_lease
+from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, ShimPool, write_lease
 from fleet_tui.scheduler.states import ACTIVE, PARKED, TaskStatus
 from fleet_tui.scheduler.store import Store
 from fleet_tui.scheduler.verify import AgentReviewer, run_verifiers
@@ -104,6 +104,7 @@ class Engine(Controller):
         self._rl_strikes: dict[str, int] = {}
         self._started = anyio.Event()
         self.idle_report: list[tuple[str, str]] = []
+        self.shim_pool: ShimPool | None = None
 
     # -- the boundary -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -131,6 +132,9 @@ class Engine(Controller):
             float(shimmod.proc_start_ticks(me) or 0),
             self.clock(),
         )
+        if self.cfg.max_concurrent > 0:
+            self.shim_pool = ShimPool(size=min(2, self.cfg.max_concurrent))
+            await anyio.to_thread.run_sync(self.shim_pool.fill)
         if self._config_path is not None:
             from fleet_tui.config import ConfigWatcher
 
@@ -155,6 +159,8 @@ class Engine(Controller):
                 outer.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                if self.shim_pool is not None:
+                    await anyio.to_thread.run_sync(self.shim_pool.close)
                 if self._leave_running or not self._stopping:
                     await self._hand_over()
                 await anyio.to_thread.run_sync(self.store.unregister_engine, self.owner, self.clock())
@@ -185,16 +191,19 @@ class Engine(Controller):
                 return
             if started:
                 continue
-            with anyio.move_on_after(0.05):
-                await self._wake.wait()
+            # sleep until a local event (task added here, agent exited, command), a change made
+            # by another process (a cheap marker polled at 50 Hz), or a second passes (gates
+            # such as backoff, reset times and headroom change with time)
             fn = getattr(self.store, "change_marker", None)
-            if fn is not None:
-                new = await anyio.to_thread.run_sync(fn)
-                if new == marker and not self._wake.is_set():
-                    # nothing changed elsewhere: sleep longer, still woken by local events
-                    with anyio.move_on_after(0.2):
-                        await self._wake.wait()
-                marker = new
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and not self._wake.is_set():
+                with anyio.move_on_after(0.02):
+                    await self._wake.wait()
+                if fn is not None and not self._wake.is_set():
+                    new = await anyio.to_thread.run_sync(fn)
+                    if new != marker:
+                        marker = new
+                        break
         # stopping: wait for runners to finish when they were told to stop
         if not self._leave_running:
             for r in list(self.runners.values()):

@@ -60,6 +60,7 @@ def attempt_dir(home: Path, task_id: str, n: int) -> Path:
 
 
 def load_worktree(home: Path, task_id: str) -> wt.WorktreeInfo | None:
+    """The task's worktree as saved in ``tasks/<id>/worktree.json`` (None: it runs in place)."""
     data = read_json(task_dir(home, task_id) / "worktree.json")
     if not data:
         return None
@@ -73,34 +74,59 @@ def load_worktree(home: Path, task_id: str) -> wt.WorktreeInfo | None:
 
 
 def save_worktree(home: Path, task_id: str, info: wt.WorktreeInfo) -> None:
+    """Record the task's worktree in ``tasks/<id>/worktree.json`` (atomically replaced)."""
     d = task_dir(home, task_id)
     d.mkdir(parents=True, exist_ok=True)
     data = {k: str(v) for k, v in asdict(info).items()}
-    (d / "worktree.json").write_text(json.dumps(data, indent=1))
+    tmp = d / "worktree.json.tmp"
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, d / "worktree.json")
+
+
+def _exclude_patterns(repo: Path, home: Path) -> list[str]:
+    """What fleet keeps out of ``git status``: its own patterns, plus the home when inside repo."""
+    patterns = list(EXCLUDE_PATTERNS)
+    try:
+        rel = home.resolve().relative_to(repo)
+    except ValueError:
+        return patterns
+    if rel.parts:  # a home that *is* the repo root cannot be excluded
+        patterns.append(f"/{rel.as_posix()}/")
+    return patterns
 
 
 def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
+    """Where the attempt runs: the task's cwd (no ``git_ref``), else its worktree, made ready.
+
+    A worktree is created on the first attempt (or again when its directory is gone, e.g. swept)
+    and reused as it is by retries and handoffs. The setup command runs in a worktree until it
+    has succeeded once there: a retry after a failed setup runs it again instead of starting the
+    agent in a half-prepared tree. Then the preflight must pass; any doubt is a LaunchError.
+    """
     cwd = Path(task.spec.cwd).expanduser()
     if not cwd.is_dir():
         raise LaunchError(f"cwd {cwd} does not exist (fix the task's cwd, then retry)")
     if not task.spec.git_ref:
         return cwd, None
     info = load_worktree(engine.home, task.id)
+    marker = task_dir(engine.home, task.id) / "setup.ok"
     if info is None or not info.path.exists():
         repo = wt.find_repo(cwd)
         if repo is None:
             raise LaunchError(f"git_ref {task.spec.git_ref!r} given but {cwd} is not in a git repository")
         try:
-            wt.ensure_exclude(repo, EXCLUDE_PATTERNS)
+            wt.ensure_exclude(repo, _exclude_patterns(repo, engine.home))
             info = wt.create_worktree(repo, engine.home / "worktrees", task.name, task.spec.git_ref)
         except wt.WorktreeError as e:
             raise LaunchError(f"worktree: {e}") from e
         save_worktree(engine.home, task.id, info)
-        setup = task.spec.setup or engine.cfg.worktree_setup
-        if setup:
-            res = wt.run_setup(info, setup, timeout_s=600)
-            if not res.ok:
-                raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
+        marker.unlink(missing_ok=True)  # a new checkout: its setup has not run yet
+    setup = task.spec.setup or engine.cfg.worktree_setup
+    if setup and not marker.exists():
+        res = wt.run_setup(info, setup, timeout_s=600)
+        if not res.ok:
+            raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
+        marker.write_text(str(info.path))
     pf = wt.preflight(info)
     if not pf.ok:
         raise LaunchError(f"preflight: {pf.reason}")
@@ -225,7 +251,14 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     store.update_task(task.id, owner=engine.owner, attempt=task.attempt, workdir=str(workdir))
     try:
         popen = spawn_shim(
-            adir, workdir, argv, env, stdin, engine.cfg.kill_grace_s, now + engine.cfg.lease_s / 2
+            adir,
+            workdir,
+            argv,
+            env,
+            stdin,
+            engine.cfg.kill_grace_s,
+            now + engine.cfg.lease_s / 2,
+            pool=engine.shim_pool,
         )
     except OSError as e:
         raise LaunchError(f"could not start the shim: {e}") from e
@@ -328,17 +361,71 @@ async def adopt(engine: Engine, t: Task) -> None:
     engine.wake()
 
 
-def after_done(engine: Engine, task: Task) -> None:
-    """WIP-commit and remove the clean worktree of a finished task; auto-merge when asked."""
-    info = load_worktree(engine.home, task.id)
-    if info is None or not info.path.exists():
+def _publish(engine: Any, task: Task | None) -> None:
+    """Tell the engine's subscribers about a task changed from a worker thread (best effort).
+
+    The bus wakes its subscribers with anyio events, which must be set on the event loop's
+    thread: hop there when called from an ``anyio.to_thread`` worker; do nothing elsewhere.
+    """
+    if task is None or not hasattr(engine, "publish_task"):
         return
-    wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
-    if task.spec.merge == "auto":
-        _merge_sync(engine, task, info)
+    try:
+        anyio.from_thread.run_sync(engine.publish_task, task)
+    except RuntimeError:  # not in an anyio worker thread (a plain call): nobody to tell
+        pass
+
+
+def _notice(engine: Any, text: str) -> None:
+    """An engine notice from a worker thread (best effort, like ``_publish``)."""
+    from fleet_tui.scheduler.model import EngineEvent
+
+    bus = getattr(engine, "bus", None)
+    if bus is None:
+        return
+    try:
+        anyio.from_thread.run_sync(bus.publish, [EngineEvent(kind="notice", text=text)])
+    except RuntimeError:
+        pass
+
+
+def after_done(engine: Engine, task: Task) -> None:
+    """After a task reached ``done``: commit what is left in its worktree; auto-merge if asked.
+
+    The worktree itself stays (the user inspects or merges it); a merge removes it when clean,
+    and the start-up sweep removes clean worktrees of finished tasks. Never raises: the engine
+    calls this from its supervision path, so a git failure becomes a notice (and, for an
+    auto-merge that was refused, the task's reason) instead of an exception.
+    """
+    info = load_worktree(engine.home, task.id)
+    if info is None:
+        return
+    try:
+        if info.path.exists():
+            wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
+        if task.spec.merge != "auto":
+            return
+        res = _merge_sync(engine, task, info)
+    except Exception as e:  # a broken repository must not take the engine down
+        _notice(engine, f"{task.name}: after-work failed: {e}")
+        return
+    if res.ok or res.task is None or res.task.status != TaskStatus.DONE:
+        _publish(engine, res.task)
+        return
+    # refused (dirty base, base not a branch, ...): stay done, say why it was not merged
+    new = engine.store.transition(
+        task.id,
+        TaskStatus.DONE,
+        reason=f"auto_merge_refused: {res.message.removeprefix(task.name + ': ')}",
+        now=engine.clock(),
+        expect=[TaskStatus.DONE],
+        actor=engine.actor,
+    )
+    _publish(engine, new)
+    _notice(engine, f"auto-merge of {res.message}")
 
 
 def commit_leftovers(engine: Engine, task: Task) -> str | None:
+    """WIP-commit whatever the attempt left uncommitted in the task's worktree (sha or None)."""
     info = load_worktree(engine.home, task.id)
     if info is None or not info.path.exists():
         return None
@@ -348,11 +435,23 @@ def commit_leftovers(engine: Engine, task: Task) -> str | None:
 
 
 def _merge_sync(engine: Engine, task: Task, info: wt.WorktreeInfo) -> CommandResult:
-    wt.wip_commit(info.path, f"fleet-tui: work of {task.name}") if info.path.exists() else None
+    """Merge the task's branch into its base (blocking); park on a conflict; record the commit.
+
+    Leftovers are committed first so the merge brings everything. On success the clean worktree
+    is removed (unless ``keep_worktrees``); the branch stays.
+    """
+    try:
+        if info.path.exists():
+            wt.wip_commit(info.path, f"fleet-tui: work of {task.name}")
+    except wt.WorktreeError as e:
+        return CommandResult(False, f"{task.name}: cannot commit the worktree's leftovers: {e}", task)
     res = wt.merge(info, message=f"Merge {info.branch} (fleet-tui task {task.name})")
     now = engine.clock()
     if not res.ok:
         if res.conflicts:
+            why = f"{task.name}: merge conflict in {', '.join(res.conflicts)}"
+            if task.status != TaskStatus.DONE:  # still parked on an earlier conflict
+                return CommandResult(False, why, task)
             new = engine.store.transition(
                 task.id,
                 TaskStatus.NEEDS_HUMAN,
@@ -361,7 +460,7 @@ def _merge_sync(engine: Engine, task: Task, info: wt.WorktreeInfo) -> CommandRes
                 expect=[TaskStatus.DONE],
                 actor=engine.actor,
             )
-            return CommandResult(False, f"{task.name}: merge conflict in {', '.join(res.conflicts)}", new)
+            return CommandResult(False, why, new)
         return CommandResult(False, f"{task.name}: {res.message}", task)
     new = engine.store.transition(
         task.id,
@@ -372,9 +471,14 @@ def _merge_sync(engine: Engine, task: Task, info: wt.WorktreeInfo) -> CommandRes
         actor=engine.actor,
         merged_commit=res.commit,
     )
+    msg = f"{task.name}: merged into {info.base_ref} ({(res.commit or '')[:10]})"
     if not engine.cfg.keep_worktrees and info.path.exists():
-        wt.remove_worktree(info)
-    return CommandResult(True, f"{task.name}: merged into {info.base_ref} ({(res.commit or '')[:10]})", new)
+        try:
+            if not wt.remove_worktree(info):
+                msg += f"; worktree {info.path} kept (it has uncommitted work)"
+        except wt.WorktreeError as e:
+            msg += f"; worktree {info.path} not removed: {e}"
+    return CommandResult(True, msg, new)
 
 
 async def merge_task(engine: Any, ref: str) -> CommandResult:

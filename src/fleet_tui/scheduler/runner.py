@@ -61,28 +61,10 @@ class AttemptResult:
     last_text: str | None
 
 
-def spawn_shim(
-    attempt_dir: Path,
-    workdir: Path,
-    argv: list[str],
-    env: dict[str, str],
-    stdin_bytes: bytes | None,
-    grace_s: float,
-    lease_deadline: float,
-) -> subprocess.Popen[bytes]:
-    """Start the shim for an attempt in its own session; it survives this process."""
-    attempt_dir.mkdir(parents=True, exist_ok=True)
-    stdin_file = None
-    if stdin_bytes is not None:
-        stdin_file = attempt_dir / "stdin.txt"
-        stdin_file.write_bytes(stdin_bytes)
-    write_lease(attempt_dir, lease_deadline)
-    cmd = [
-        sys.executable,
-        "-I",
-        "-S",
-        "-c",
-        SHIM_BOOT,
+def shim_args(
+    attempt_dir: Path, workdir: Path, argv: list[str], stdin_file: Path | None, grace_s: float
+) -> list[str]:
+    args = [
         "--dir",
         str(attempt_dir),
         "--cwd",
@@ -93,12 +75,86 @@ def spawn_shim(
         str(attempt_dir / "lease"),
     ]
     if stdin_file is not None:
-        cmd += ["--stdin-file", str(stdin_file)]
-    cmd += ["--", *argv]
+        args += ["--stdin-file", str(stdin_file)]
+    return [*args, "--", *argv]
+
+
+class ShimPool:
+    """A few shims started ahead of time (interpreter up, modules imported), so starting an agent
+    costs a pipe write instead of an interpreter start. Each waits for one job on its stdin; when
+    this process dies first, the pipe closes and the idle shim exits — it never holds an agent."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self.idle: list[subprocess.Popen[bytes]] = []
+        self.closed = False
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--warm"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def fill(self) -> None:
+        while not self.closed and len(self.idle) < self.size:
+            self.idle.append(self._spawn())
+
+    def take(self) -> subprocess.Popen[bytes] | None:
+        while self.idle:
+            p = self.idle.pop(0)
+            if p.poll() is None:
+                return p
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+        for p in self.idle:
+            try:
+                if p.stdin:
+                    p.stdin.close()
+                p.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                p.kill()
+        self.idle.clear()
+
+
+def spawn_shim(
+    attempt_dir: Path,
+    workdir: Path,
+    argv: list[str],
+    env: dict[str, str],
+    stdin_bytes: bytes | None,
+    grace_s: float,
+    lease_deadline: float,
+    pool: ShimPool | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start the shim for an attempt in its own session (from the pool when one is warm); it
+    survives this process."""
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    stdin_file = None
+    if stdin_bytes is not None:
+        stdin_file = attempt_dir / "stdin.txt"
+        stdin_file.write_bytes(stdin_bytes)
+    write_lease(attempt_dir, lease_deadline)
+    args = shim_args(attempt_dir, workdir, argv, stdin_file, grace_s)
+    warm = pool.take() if pool is not None else None
+    if warm is not None and warm.stdin is not None:
+        try:
+            warm.stdin.write(shimmod.encode_job(args, env))
+            warm.stdin.close()
+            if pool is not None:
+                pool.fill()
+            return warm
+        except OSError:
+            warm.kill()
     log = open(attempt_dir / "shim.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
-            cmd,
+            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, *args],
             cwd=str(workdir),
             env=env,
             stdin=subprocess.DEVNULL,
@@ -109,6 +165,8 @@ def spawn_shim(
         )
     finally:
         log.close()
+        if pool is not None:
+            pool.fill()
 
 
 def write_lease(attempt_dir: Path, deadline: float) -> None:

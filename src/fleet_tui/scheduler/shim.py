@@ -25,7 +25,11 @@ from __future__ import annotations
 import ctypes
 import os
 import select
-import signal
+
+try:  # the C module: `signal` itself imports enum, which costs more than the interpreter's startup
+    import _signal as signal
+except ImportError:  # pragma: no cover - not CPython
+    import signal
 import sys
 import time
 
@@ -155,6 +159,7 @@ class Shim:
         self.grace: float = args.grace
         self.lease_file: str | None = args.lease_file
         self.argv: list[str] = args.argv
+        self.env: dict[str, str] = args.env if args.env is not None else dict(os.environ)
         self.cwd: str = args.cwd
         self.stdin_file: str | None = args.stdin_file
         self.stop_requested = False
@@ -253,7 +258,7 @@ class Shim:
             pid = os.posix_spawnp(
                 self.argv[0],
                 self.argv,
-                dict(os.environ),
+                self.env,
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, in_fd, 0),
                     (os.POSIX_SPAWN_DUP2, out_fd, 1),
@@ -358,6 +363,7 @@ class Args:
         self.lease_file: str | None = None
         self.stdin_file: str | None = None
         self.argv: list[str] = []
+        self.env: dict[str, str] | None = None
         i = 0
         while i < len(argv):
             a = argv[i]
@@ -384,8 +390,55 @@ class Args:
             raise SystemExit("usage: shim.py --dir D --cwd C [--grace S] [--lease-file F] -- ARGV...")
 
 
+def _read_exact(fd: int, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
+
+
+def read_job(fd: int = 0) -> tuple[list[str], dict[str, str]]:
+    """A warm shim's job: ``<length>\\n`` then argv and env, NUL-separated, split by an empty field."""
+    header = bytearray()
+    while not header.endswith(b"\n"):
+        ch = os.read(fd, 1)
+        if not ch:
+            raise EOFError
+        header += ch
+    fields = _read_exact(fd, int(header)).decode("utf-8", "surrogateescape").split("\0")
+    cut = fields.index("")
+    env = dict(kv.split("=", 1) for kv in fields[cut + 1 :] if "=" in kv)
+    return fields[:cut], env
+
+
+def encode_job(argv: list[str], env: dict[str, str]) -> bytes:
+    body = "\0".join([*argv, "", *(f"{k}={v}" for k, v in env.items())]).encode("utf-8", "surrogateescape")
+    return str(len(body)).encode() + b"\n" + body
+
+
 def main(argv: list[str] | None = None) -> int:
-    return Shim(Args(sys.argv[1:] if argv is None else argv)).run()
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--warm"]:
+        # started ahead of time with everything imported; waits for its job on stdin. A supervisor
+        # that dies before handing one over closes the pipe, and the warm shim just exits.
+        try:
+            job, env = read_job(0)
+        except (EOFError, ValueError, OSError):
+            return 0
+        parsed = Args(job)
+        parsed.env = env
+        log = os.open(os.path.join(parsed.dir, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
+        return Shim(parsed).run()
+    return Shim(Args(args)).run()
 
 
 if __name__ == "__main__":
