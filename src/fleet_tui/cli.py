@@ -276,11 +276,18 @@ def _fmt_dur(s: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def _why(t: Any) -> str:
+def _why(t: Any, by_name: dict[str, Any] | None = None) -> str:
+    """Why a task is where it is: its question, its waiting reason, or its parked reason."""
     if t.asking:
         return "asks a question"
     if t.status.value == "queued":
-        return t.waiting or (t.reason or "")
+        if t.waiting:
+            return str(t.waiting)
+        if by_name is not None:  # no engine has looked at it yet: dependencies are known anyway
+            after = [d for d in t.spec.depends_on if d in by_name and by_name[d].status.value != "done"]
+            if after:
+                return "after " + ", ".join(after)
+        return t.reason or ""
     return t.reason or ""
 
 
@@ -303,12 +310,13 @@ def cmd_status(ctx: Ctx) -> int:
     if not tasks:
         print("no tasks (add one: fleet-tui add PROMPT, or fleet-tui load tasks.toml)")
         return 0
+    names = {t.name: t for t in tasks}
     w = max(len(t.name) for t in tasks)
     for t in tasks:
         coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
         print(
             f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {_fmt_dur(_elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{coder:<14} {_why(t)}".rstrip()
+            f"{coder:<14} {_why(t, names)}".rstrip()
         )
     return 0
 
@@ -326,7 +334,7 @@ def _graph(tasks: list[Any]) -> int:
 
     def show(name: str, prefix: str, last: bool, top: bool) -> None:
         t = by_name[name]
-        why = _why(t)
+        why = _why(t, by_name)
         line = f"{name} [{t.status.value}]" + (f" {why}" if why else "")
         print(line if top else f"{prefix}{'└─ ' if last else '├─ '}{line}")
         kids = children.get(name, [])
