@@ -514,3 +514,37 @@ def test_fleet_home_inside_the_repository_stays_out_of_git_status(fl: Fleet) -> 
     inner("merge", "t1")
     assert fl.git(repo, "status", "--porcelain", "--untracked-files=all") == ""
     assert (repo / "new.txt").read_text() == "x\n"
+
+
+def test_a_new_task_never_inherits_an_old_branch_of_the_same_name(fl: Fleet) -> None:
+    """A second fleet home reusing a task name: a merged leftover branch is replaced by a fresh
+    one from git_ref; an unmerged one is refused with a reason, and its commits stay."""
+    repo = fl.repo(fl.tmp / "repo", {"a.txt": "a\n"})
+    add(fl, "dup", '@sim write=dup.txt text="first\\n"', repo)
+    add(fl, "keep", '@sim write=keep.txt text="unmerged\\n"', repo)
+    fl.run_until_idle()
+    fl("merge", "dup")
+    (repo / "later.txt").write_text("main moved on\n")
+    fl.git(repo, "add", "later.txt")
+    fl.git(repo, "commit", "-qm", "later")
+    keep_tip = fl.git(repo, "rev-parse", "fleet/keep")
+
+    home2 = fl.tmp / "fleet2"
+    home2.mkdir()
+    (home2 / "config.toml").write_text((fl.home / "config.toml").read_text())
+    env2 = {**fl.env, "FLEET_HOME": str(home2)}
+    f2 = Fleet(fl.tmp, home2, env2, fl.git_env)
+    add(f2, "dup", '@sim write=dup2.txt text="second\\n"', repo)
+    add(f2, "keep", '@sim write=keep.txt text="other\\n"', repo)
+    f2.run_until_idle(log="run2.log")
+    st = f2.tasks()
+    assert st["dup"]["status"] == "done"
+    wt2 = home2 / "worktrees" / "dup"
+    assert (wt2 / "later.txt").is_file()  # started from today's main, not the old branch
+    assert fl.git(repo, "log", "--format=%s", "main..fleet/dup").count("\n") == 0  # one commit
+    assert fl.git(repo, "show", "fleet/dup:dup2.txt") == "second"
+    keep = st["keep"]
+    assert keep["status"] == "needs_human"
+    assert "fleet/keep already exists" in keep["reason"] and "git branch -D" in keep["reason"]
+    assert fl.git(repo, "rev-parse", "fleet/keep") == keep_tip
+    assert fl.git(repo, "status", "--porcelain", "--untracked-files=all") == ""

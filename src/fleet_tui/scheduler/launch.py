@@ -111,12 +111,15 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     info = load_worktree(engine.home, task.id)
     marker = task_dir(engine.home, task.id) / "setup.ok"
     if info is None or not info.path.exists():
+        fresh = info is None  # no record yet: a fleet/<name> branch found now is not ours
         repo = wt.find_repo(cwd)
         if repo is None:
             raise LaunchError(f"git_ref {task.spec.git_ref!r} given but {cwd} is not in a git repository")
         try:
             wt.ensure_exclude(repo, _exclude_patterns(repo, engine.home))
-            info = wt.create_worktree(repo, engine.home / "worktrees", task.name, task.spec.git_ref)
+            info = wt.create_worktree(
+                repo, engine.home / "worktrees", task.name, task.spec.git_ref, fresh=fresh
+            )
         except wt.WorktreeError as e:
             raise LaunchError(f"worktree: {e}") from e
         save_worktree(engine.home, task.id, info)

@@ -231,12 +231,19 @@ def _base_ref_name(repo_root: Path, git_ref: str) -> str:
     return git_ref
 
 
-def create_worktree(repo_root: Path, root: Path, name: str, git_ref: str) -> WorktreeInfo:
+def create_worktree(
+    repo_root: Path, root: Path, name: str, git_ref: str, *, fresh: bool = False
+) -> WorktreeInfo:
     """Worktree ``root/<name>`` on branch ``fleet/<name>`` from ``git_ref``; reused if it exists.
 
     Safe to call again for a retry or a handoff: an existing worktree and branch are reused as
     they are (no reset). Safe to call concurrently for several tasks of one repo (git lock
     errors are retried with backoff). The user's checkout is never touched.
+
+    ``fresh`` says the caller has no record of this task's worktree (its first attempt): a
+    ``fleet/<name>`` branch left by an earlier task of the same name must not be mistaken for
+    this task's. When that branch holds nothing outside ``git_ref`` (typically: merged) it is
+    moved to ``git_ref``; when it holds other commits this raises instead of guessing.
     """
     if not _NAME_OK.match(name) or name.endswith(".lock") or ".." in name:
         raise WorktreeError(f"invalid task name for a worktree/branch: {name!r}")
@@ -264,6 +271,8 @@ def create_worktree(repo_root: Path, root: Path, name: str, git_ref: str) -> Wor
             entry = None
         if path.exists() and entry is None:
             raise WorktreeError(f"{path} exists but is not a worktree of {repo_root}")
+        if entry is None and fresh:
+            _retire_stale_branch(repo_root, branch, git_ref)
         if entry is None:
             if _rev(repo_root, f"refs/heads/{branch}") is not None:
                 _git(repo_root, "worktree", "add", str(path), branch)
@@ -282,6 +291,34 @@ def create_worktree(repo_root: Path, root: Path, name: str, git_ref: str) -> Wor
         return WorktreeInfo(repo_root, path, branch, base_ref, base_commit)
 
     return _retrying(attempt)
+
+
+def _retire_stale_branch(repo_root: Path, branch: str, git_ref: str) -> None:
+    """Delete an earlier task's ``branch`` when git_ref already holds it; refuse otherwise.
+
+    Called (under the worktree lock) before a new task creates its worktree. A branch checked
+    out somewhere, or with commits git_ref lacks, is somebody's work: raise a WorktreeError
+    that says what to do. Deleting is safe only because every commit stays reachable from
+    git_ref; the task then gets a new branch from git_ref (and fresh fleetbase config).
+    """
+    tip = _rev(repo_root, f"refs/heads/{branch}")
+    if tip is None:
+        return
+    target = _rev(repo_root, git_ref)
+    if target is None:
+        raise WorktreeError(f"git_ref {git_ref!r} does not name a commit in {repo_root}")
+    holder = next(
+        (e["worktree"] for e in _worktrees(repo_root) if e.get("branch") == f"refs/heads/{branch}"), None
+    )
+    merged = _git(repo_root, "merge-base", "--is-ancestor", tip, target, check=False)[0] == 0
+    if holder is not None or not merged:
+        where = f" (checked out in {holder})" if holder else f" with commits not in {git_ref}"
+        raise WorktreeError(
+            f"branch {branch} already exists{where}, left by an earlier task of the same name; "
+            f"rename the task, or merge or delete the branch (git branch -D {branch}) first"
+        )
+    _git(repo_root, "branch", "-D", branch)
+    _git(repo_root, "config", "--remove-section", f"branch.{branch}", check=False)
 
 
 def run_setup(info: WorktreeInfo, command: str, timeout_s: float) -> SetupResult:
