@@ -329,6 +329,8 @@ def test_kill_keeps_wip_commit_and_sweep_removes_only_clean_finished(fl: Fleet) 
 def test_auto_merge_after_verifiers_pass(fl: Fleet) -> None:
     """``merge = "auto"`` merges once verifiers pass; a failing verifier or the default does not."""
     repo = fl.repo(fl.tmp / "repo", {"a.txt": "a\n"})
+    dirty = fl.repo(fl.tmp / "dirty", {"a.txt": "a\n"})
+    (dirty / "a.txt").write_text("the user is editing this\n")
     tasks = fl.tmp / "tasks.toml"
     tasks.write_text(
         f"""
@@ -355,6 +357,14 @@ prompt = '@sim write=bad.txt text="bad\\n"'
 [[task]]
 name = "manual"
 prompt = '@sim write=manual.txt text="manual\\n"'
+
+[[task]]
+name = "auto-dirty"
+cwd = "{dirty}"
+merge = "auto"
+prompt = '@sim write=d.txt text="d\\n"'
+  [[task.verify]]
+  run = "test -f d.txt"
 """
     )
     fl("load", str(tasks))
@@ -371,6 +381,11 @@ prompt = '@sim write=manual.txt text="manual\\n"'
     assert st["manual"]["status"] == "done" and st["manual"]["merged_commit"] is None
     names = fl.git(repo, "ls-tree", "-r", "--name-only", "main").splitlines()
     assert "bad.txt" not in names and "manual.txt" not in names
+    refused = st["auto-dirty"]  # a dirty base refuses the auto-merge: done, unmerged, and why
+    assert refused["status"] == "done" and refused["merged_commit"] is None
+    assert refused["reason"].startswith("auto_merge_refused: base checkout is dirty"), refused["reason"]
+    assert (dirty / "a.txt").read_text() == "the user is editing this\n"
+    assert fl.git(dirty, "log", "--format=%s", "main") == "initial"
     assert fl.git(repo, "status", "--porcelain", "--untracked-files=all") == ""
     no_gitignore(repo)
 
