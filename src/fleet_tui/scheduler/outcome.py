@@ -93,7 +93,16 @@ def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_
             outcome="killed",
         )
     if stop == "over_budget":
-        return Verdict(TaskStatus.NEEDS_HUMAN, f"over_budget: {r.stop_detail}", outcome="killed")
+        return Verdict(TaskStatus.NEEDS_HUMAN, f"over_budget: {r.stop_detail}", outcome="over_budget")
+    budget = task.spec.budget_usd
+    if stop is None and budget is not None and r.cost_usd is not None and r.cost_usd > budget:
+        # most agents report their cost only in the final result line, often after the runner's
+        # last look at a live process: the budget is checked again here, whatever the ending
+        return Verdict(
+            TaskStatus.NEEDS_HUMAN,
+            f"over_budget: cost ${r.cost_usd:.2f} > budget ${budget:.2f}",
+            outcome="over_budget",
+        )
     if stop == "context_pressure":
         if task.handoffs >= policy.max_handoffs:
             return Verdict(

@@ -128,10 +128,11 @@ class Reviewer:
         env.update(dict(self.task.spec.env))
         env.update(extra)
         before = _fingerprint(workdir)
-        out, err, code, timed_out = _run(argv, workdir, env, stdin, timeout_s)
+        out, err, code, timed_out, pid = _run(argv, workdir, env, stdin, timeout_s)
         (adir / "stdout.jsonl").write_bytes(out)
         (adir / "stderr.log").write_bytes(err)
-        (adir / "exit.json").write_text(json.dumps({"exit_code": code, "timed_out": timed_out}) + "\n")
+        exit_info = {"exit_code": code, "timed_out": timed_out, "pid": pid}
+        (adir / "exit.json").write_text(json.dumps(exit_info) + "\n")
         if timed_out:
             raise ReviewerError(f"the {name} reviewer timed out after {timeout_s:g}s (killed)")
         reply, problem = _reply(impl, self.task.id, self.task.attempt, adir, out, code)
@@ -154,8 +155,10 @@ def make_reviewer(home: Path, task: Task, cfg: Config) -> Reviewer:
 
 def _run(
     argv: list[str], workdir: Path, env: dict[str, str], stdin: bytes | None, timeout_s: float
-) -> tuple[bytes, bytes, int | None, bool]:
-    """Run in a new session; on timeout TERM then KILL the whole group. (stdout, stderr, code, timed out)."""
+) -> tuple[bytes, bytes, int | None, bool, int]:
+    """Run in a new session; on timeout TERM then KILL the whole group.
+
+    Returns (stdout, stderr, exit code, timed out, pid = the process group's id)."""
     try:
         p = subprocess.Popen(
             argv,
@@ -171,7 +174,7 @@ def _run(
         raise ReviewerError(f"could not start the reviewer {argv[0]!r}: {e}") from e
     try:
         out, err = p.communicate(stdin, timeout=timeout_s)
-        return out, err, p.returncode, False
+        return out, err, p.returncode, False, p.pid
     except subprocess.TimeoutExpired:
         _kill_group(p.pid, signal.SIGTERM)
         try:
@@ -179,7 +182,7 @@ def _run(
         except subprocess.TimeoutExpired:
             _kill_group(p.pid, signal.SIGKILL)
             out, err = p.communicate()
-        return out or b"", err or b"", p.returncode, True
+        return out or b"", err or b"", p.returncode, True, p.pid
     finally:
         if p.poll() is None:  # an exception above: never leave a reviewer behind
             _kill_group(p.pid, signal.SIGKILL)
