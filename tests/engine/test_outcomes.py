@@ -473,6 +473,13 @@ async def test_verifier_fails_then_passes_with_the_failure_text_in_the_second_pr
     ev = [e for e in await f.events("flaky", 1) if e.kind == "verify"]
     assert len(ev) == 1 and ev[0].is_error and "widgets 3 != 4" in (ev[0].text or "")
     assert len(list((f.home / "tasks" / t.id / "reviews").iterdir())) == 1
+    # the verifiers' output per attempt, through the command line
+    logs = [json.loads(line) for line in _cli(f.home, "logs", "flaky", "--json").splitlines() if line]
+    verify_logs = [e for e in logs if e["kind"] == "verify"]
+    assert [e["attempt"] for e in verify_logs] == [1, 2]
+    assert "widgets 3 != 4" in verify_logs[0]["text"] and "all good" in verify_logs[1]["text"]
+    (row,) = json.loads(_cli(f.home, "status", "--json"))
+    assert row["status"] == "done" and "all good" in row["verify_output"]
 
 
 async def test_agent_verifier_failure_text_reaches_the_retry(make_fleet: Callable[..., Fleet]) -> None:
@@ -833,6 +840,38 @@ async def test_the_fleet_daily_budget_stops_new_starts(make_fleet: Callable[...,
 
 # ---------------------------------------------------------------------------------------------
 # admission gates
+
+
+async def test_each_gate_is_the_waiting_reason_in_status_and_plan(make_fleet: Callable[..., Fleet]) -> None:
+    f = make_fleet(max_concurrent=1, max_load_per_core=2.0, disk_floor_gib=5.0)
+    gate = f.work / "go"
+    await f.add(
+        f.spec("blocker", f"@sim wait-file={gate} timeout=60", priority=9),
+        f.spec("probe", "@sim steps=1"),
+        f.spec("gpu-job", "@sim steps=1", requires=("gpu",), priority=-1),
+    )
+    async with f.running():
+        await f.wait_status("blocker", S.RUNNING)
+        await f.wait_waiting("probe", "slots full: 1/1 running")
+        f.engine.cfg = replace(f.engine.cfg, max_concurrent=4)
+        await f.wait_waiting("gpu-job", "needs tags: gpu")
+        f.headroom.disk_free = 1 * GIB
+        f.engine.wake()
+        await f.wait_waiting("gpu-job", "disk: 1.0 GiB free < 5.0 GiB floor")
+        f.headroom.load_per_core = 7.5
+        await f.wait_waiting("gpu-job", "load 7.5/core > 2.0")
+        assert (await f.task("probe")).status in (S.QUEUED, S.DONE)
+        await f.engine.pause(None)
+        t = await f.wait_waiting("gpu-job", "fleet paused")
+        assert "fleet paused" in _cli(f.home, "status")
+        assert "fleet paused" in _cli(f.home, "plan")
+        await f.engine.resume(None)
+        f.headroom.load_per_core, f.headroom.disk_free = 0.1, 500 * GIB
+        gate.write_text("go")
+        await f.wait_status("blocker", S.DONE)
+        await f.wait_status("probe", S.DONE)
+        await f.wait_waiting("gpu-job", "needs tags: gpu")
+    assert t.attempt == 0
 
 
 async def test_memory_gate_driven_by_an_injected_reading(make_fleet: Callable[..., Fleet]) -> None:
