@@ -17,6 +17,7 @@ Usage: python bench/bench_normalize.py [--lines N] [--repeat R] [--fixtures DIR]
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -96,7 +97,7 @@ def main() -> None:
     worst = float("inf")
     for coder in CODERS:
         lines = stream(a.fixtures, coder, a.lines)
-        j, nz = best_of_interleaved(a.repeat, lambda lines=lines: bare_json(lines), normalize(coder, lines))
+        j, nz = best_of_interleaved(a.repeat, functools.partial(bare_json, lines), normalize(coder, lines))
         ratio = j / nz
         worst = min(worst, ratio)
         verdict = "ok" if ratio >= GOAL else "BELOW GOAL"

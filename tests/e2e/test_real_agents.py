@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fakeapi import HttpError, Request, Text, ToolCall
+from tests.fakeapi import HttpError, Request, Text, ToolCall, Turn
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
 from tests.fakeapi.gemini import function_responses, serve_gemini
 from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
@@ -37,6 +37,8 @@ pytestmark = [pytest.mark.realcli, pytest.mark.timeout(150)]
 #: how long one `fleet-tui run --until-idle` may take (the scripted runs take a few seconds)
 RUN_TIMEOUT_S = 120
 ASK_ANSWER = "Use PostgreSQL 16."
+#: a fake API's script: turns, or (turn, times) with times None for "forever"
+Steps = list[Turn | tuple[Turn, int | None]]
 
 
 def need(program: str) -> str:
@@ -221,7 +223,7 @@ def claude_env(fl: Fleet, url: str, **extra: str) -> None:
 
 def test_claude_write_tool_then_done(claude_program: str, fl: Fleet) -> None:
     target = fl.work / "hello.txt"
-    script = [
+    script: Steps = [
         ToolCall("Write", {"file_path": str(target), "content": "hi from the fake model\n"}, text="Writing."),
         Text("Created hello.txt."),
     ]
@@ -243,7 +245,7 @@ def test_claude_write_tool_then_done(claude_program: str, fl: Fleet) -> None:
 
 
 def test_claude_429_then_success(claude_program: str, fl: Fleet) -> None:
-    script = [(HttpError(429, "slow down (fake)", retry_after=0), 2), Text("Finished after two 429s.")]
+    script: Steps = [(HttpError(429, "slow down (fake)", retry_after=0), 2), Text("Finished after two 429s.")]
     with serve_anthropic(script) as (url, rec):
         claude_env(fl, url)
         fl.add("claude", "retrying", "Say something")
@@ -261,7 +263,7 @@ def claude_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
     """One run against a 429 that never ends; Claude Code gives up after CLAUDE_CODE_MAX_RETRIES."""
     need("claude")
     fl = Fleet(tmp_path_factory.mktemp("claude-limited"))
-    script = [(HttpError(429, "per-minute rate limit (fake)", retry_after=0), None)]
+    script: Steps = [(HttpError(429, "per-minute rate limit (fake)", retry_after=0), None)]
     with serve_anthropic(script) as (url, rec):
         claude_env(fl, url, CLAUDE_CODE_MAX_RETRIES="1")
         fl.add("claude", "limited", "Say something")
@@ -281,7 +283,7 @@ def test_claude_asks_a_human_through_fleet(claude_program: str, fl: Fleet) -> No
     """Issue 6: the model calls mcp__ask_human__ask_human (directly: in 2.1.332 it is deferred
     behind ToolSearch, but a direct call by name works); the person answers with `fleet-tui
     answer`; the answer reaches the model as the tool's result."""
-    script = [
+    script: Steps = [
         ToolCall("mcp__ask_human__ask_human", {"question": "Which database?"}),
         Text("Asked; the answer was PostgreSQL 16."),
     ]
@@ -369,7 +371,7 @@ def test_codex_shell_tool_then_done(codex_program: str, fl: Fleet) -> None:
 
 
 def test_codex_429_then_success(codex_program: str, fl: Fleet) -> None:
-    script = [(HttpError(429, "slow down (fake)", retry_after=1), 2), Text("Finished after two 429s.")]
+    script: Steps = [(HttpError(429, "slow down (fake)", retry_after=1), 2), Text("Finished after two 429s.")]
     with serve_openai_responses(script) as (url, rec):
         codex_env(fl, url)
         fl.add("codex", "retrying", "Say something", "--model", "fake-model")
@@ -388,7 +390,7 @@ def codex_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
     request_max_retries and stream_max_retries in the run's CODEX_HOME."""
     need("codex")
     fl = Fleet(tmp_path_factory.mktemp("codex-limited"))
-    script = [(HttpError(429, "per-minute rate limit (fake)", retry_after=1), None)]
+    script: Steps = [(HttpError(429, "per-minute rate limit (fake)", retry_after=1), None)]
     with serve_openai_responses(script) as (url, rec):
         codex_env(fl, url, FLEET_CODEX_MAX_RETRIES="1")
         fl.add("codex", "limited", "Say something", "--model", "fake-model")
@@ -442,7 +444,7 @@ def test_codex_asks_a_human_through_fleet(codex_program: str, fl: Fleet) -> None
 
 def test_opencode_write_tool_then_done(opencode_program: str, fl: Fleet) -> None:
     target = fl.work / "hello.txt"
-    script = [
+    script: Steps = [
         ToolCall("write", {"filePath": str(target), "content": "hi from the fake model\n"}),
         Text("Created hello.txt."),
     ]
@@ -466,7 +468,7 @@ def test_opencode_write_tool_then_done(opencode_program: str, fl: Fleet) -> None
 
 def test_gemini_write_file_then_done(gemini_program: str, fl: Fleet) -> None:
     target = fl.work / "hello.txt"
-    script = [
+    script: Steps = [
         ToolCall("write_file", {"file_path": str(target), "content": "hi from the fake model\n"}),
         Text("Created hello.txt."),
     ]
