@@ -1017,3 +1017,43 @@ async def test_coder_and_model_are_frozen_at_first_claim(
 
 async def _cfg_is(f: Fleet, coder: str) -> bool:
     return f.engine.cfg.default_coder == coder
+
+
+def test_config_edit_applies_to_a_running_fleet_tui_run(tmp_path: Path) -> None:
+    """The same through the real command line: `fleet-tui run` picks up an edit of config.toml."""
+    from helpers import by_name, fleet, fleet_bg, wait_for
+
+    home, gate = tmp_path / "home", tmp_path / "go"
+    home.mkdir()
+    _write_config(home / "config.toml", max_concurrent=1)
+    for i in range(3):
+        fleet(
+            home,
+            "add",
+            f"@sim wait-file={gate} timeout=60",
+            "--name",
+            f"c{i}",
+            "--coder",
+            "sim",
+            "--cwd",
+            str(tmp_path),
+        )
+    run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    try:
+
+        def running() -> int:
+            return sum(1 for t in by_name(home).values() if t["status"] == "running")
+
+        wait_for(lambda: running() == 1, 30, 0.1, "one running")
+        t0 = time.monotonic()
+        fleet(home, "config", "set", "max_concurrent", "3")
+        wait_for(lambda: running() == 3, 10, 0.1, "three running after config set")
+        assert time.monotonic() - t0 < 5
+        assert "# test config" in (home / "config.toml").read_text()  # comments survive
+        gate.write_text("go")
+        assert run.wait(timeout=60) == 0, (tmp_path / "run.log").read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+    assert {t["status"] for t in by_name(home).values()} == {"done"}
