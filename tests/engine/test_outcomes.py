@@ -646,6 +646,11 @@ async def test_a_cancelled_dependency_parks_its_dependents(make_fleet: Callable[
     lines = graph.splitlines()
     assert lines[0].startswith("a [cancelled]") and "b [needs_human]" in lines[1]
     assert lines[2].strip().startswith("└─ c [needs_human]")
+    res = await f.engine.retry("a")  # a cancelled task may be retried: its chain comes back
+    assert res.ok, res.message
+    await f.idle()
+    for name in "abc":
+        assert (await f.task(name)).status == S.DONE, name
 
 
 def _cli(home: Path, *args: str) -> str:
