@@ -186,6 +186,9 @@ class FleetApp(App[None]):
         for task in snap.tasks:
             live = self.tasks.get(task.id)
             tasks[task.id] = live if live is not None and live.updated_at > task.updated_at else task
+        for tid, live in self.tasks.items():  # added (live) after the snapshot was taken
+            if tid not in tasks and live.updated_at >= snap.taken_at:
+                tasks[tid] = live
         self.tasks = tasks
         pending = {q.id: q for q in snap.questions if q.status == "pending"}
         for qid, q in self.questions.items():  # asked after the snapshot was taken
