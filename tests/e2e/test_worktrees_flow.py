@@ -4,6 +4,11 @@ Every fleet command runs as a subprocess of ``fleet-tui`` with *no* git identity
 (empty global config, no system config, no GIT_AUTHOR_*/GIT_COMMITTER_*): the fleet must make
 its WIP and merge commits anyway. Only the test's own setup commits get an identity. The user's
 checkout is snapshotted (branch, HEAD, index, status, every file) and compared after each flow.
+
+Known engine bug worked around here: ``run --until-idle`` can exit between carrying out a
+``kill`` and writing the command's answer (the command loop is cancelled once the engine is
+idle), so ``fleet-tui kill`` then waits 30 s and fails. The kill test keeps another task running
+until the kill has been answered.
 """
 
 from __future__ import annotations
@@ -278,6 +283,11 @@ def test_kill_keeps_wip_commit_and_sweep_removes_only_clean_finished(fl: Fleet) 
     add(fl, "tk", f'blocks\n@sim write=k.txt text="half done\\n"\n@sim wait-file={never}', repo)
     for name in ("td", "te", "tg", "tm"):
         add(fl, name, f'@sim write={name}.txt text="{name}\\n"', repo)
+    # Keeps the engine busy until the kill has been answered: an engine that goes idle right
+    # after the kill exits before it reports back (see the module's note on that engine bug).
+    release, scratch = fl.tmp / "release", fl.tmp / "scratch"
+    scratch.mkdir()
+    add(fl, "holder", f"@sim wait-file={release}", scratch, ref=None)
     run = fl.bg("run", "--until-idle", "--max-concurrent", "6")
     root = fl.home / "worktrees"
 
@@ -286,7 +296,8 @@ def test_kill_keeps_wip_commit_and_sweep_removes_only_clean_finished(fl: Fleet) 
 
     wait_for(blocked, 30, what="tk wrote k.txt and blocks")
     wait_for(lambda: all(fl.tasks()[n]["status"] == "done" for n in ("td", "te", "tg", "tm")), 30)
-    fl("kill", "tk")
+    assert "kill -> needs_human" in fl("kill", "tk").stdout
+    release.write_text("")
     assert run.wait(timeout=60) == 0, (fl.tmp / "run.log").read_text()
     tk = fl.tasks()["tk"]
     assert tk["status"] == "needs_human" and tk["reason"] == "killed_by_user"
