@@ -533,3 +533,41 @@ async def test_attached_cockpit_and_cli_kill_and_retry_through_the_commands_tabl
         assert ("term", 1) in mine and [x for x in mine if x[0] == "end"] == [("end", 2)], (name, mine)
     for host in ("mh-a", "mh-b"):
         assert f.stop(host) == 0, f.log(host)
+
+
+# -- choosing the shared store -------------------------------------------------------------------
+TOP_LEVEL_STORE = (
+    "cli.build_parser: the `run` subparser declares its own --store (default None), which overwrites "
+    "the top-level --store in the namespace, so `fleet-tui --store URL run` runs on the home's SQLite"
+)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "run-flag",
+        pytest.param("top-flag", marks=pytest.mark.xfail(strict=True, reason=TOP_LEVEL_STORE)),
+        "env",
+        "config",
+    ],
+)
+def test_each_way_of_choosing_the_store_reaches_the_engine(multi: Fleet, how: str) -> None:
+    """`run --store URL`, `--store URL run`, `$FLEET_STORE` and `store = URL` in the config all
+    make `run` work on the shared queue (DESIGN 9: the store of a run process)."""
+    f = multi
+    f.client("add", "one", "--name", "one", "--cwd", str(f.root), "--command", QUICK.format(side=f.side))
+    home = f.home("mh-a")
+    env = fleet_env(home, MH_HOST="mh-a")
+    args = ["run", "--until-idle", "--host-name", "mh-a"]
+    if how == "run-flag":
+        args = ["run", "--store", f.url, *args[1:]]
+    elif how == "top-flag":
+        args = ["--store", f.url, *args]
+    elif how == "env":
+        env["FLEET_STORE"] = f.url
+    else:
+        with (home / "config.toml").open("a") as fh:
+            fh.write(f"store = {json.dumps(f.url)}\n")
+    out = fleet(home, *args, env=env, timeout=60)
+    assert f.by_name()["one"]["status"] == "done", out.stdout + out.stderr
+    assert f.lines("end") == [("end", f.by_name()["one"]["id"], 1, "mh-a")]
