@@ -6,7 +6,8 @@ N lines per coder (default 100k) by repeating the lines of the fixtures in
 ``../shared/fixtures/streams/<coder>-*.jsonl`` (read at run time; nothing is copied into the
 repo), feeds it through a fresh normalizer of that coder (``feed`` per line, as the runner does;
 ``poll`` once at the end), and times bare ``json.loads`` of the same lines. It prints lines/s of
-both and the ratio normalize/json.loads (goal >= 0.3). Best of ``--repeat`` interleaved runs for each.
+both and the ratio normalize/json.loads (goal >= 0.3): the best CPU time of ``--repeat``
+interleaved runs of each.
 
 Codex's rollout fixture (``codex-rollout-*``) is a side file read by ``poll``, not stdout, so it
 is left out of the stream; ``attempt_dir`` is None, so no side file is read at all.
@@ -45,14 +46,17 @@ def stream(fixtures: Path, coder: str, n: int) -> list[str]:
 
 
 def best_of_interleaved(repeat: int, a: Callable[[], None], b: Callable[[], None]) -> tuple[float, float]:
-    """The best time of ``a`` and of ``b`` over ``repeat`` rounds that alternate them, so both
-    see the same machine load (a shared machine's load changes from second to second)."""
+    """The best CPU time of ``a`` and of ``b`` over ``repeat`` rounds that alternate them.
+
+    CPU time of this process, not wall-clock time: on a shared machine (load above the core
+    count) wall-clock timings measure the scheduler more than the code; alternating the two
+    keeps cache and frequency effects alike for both."""
     best_a = best_b = float("inf")
     for _ in range(repeat):
         for fn, is_a in ((a, True), (b, False)):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn()
-            dt = time.perf_counter() - t0
+            dt = time.process_time() - t0
             if is_a:
                 best_a = min(best_a, dt)
             else:
