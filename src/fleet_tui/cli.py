@@ -486,12 +486,25 @@ def cmd_config(ctx: Ctx) -> int:
 
 
 def cmd_plan(ctx: Ctx) -> int:
+    from fleet_tui.coders.base import get_coder
+
     eng = _engine(ctx)
     decisions = anyio.run(eng._plan)
     if not decisions:
         print("nothing queued")
+    usable: dict[str, tuple[bool, str]] = {}
     for t, d in decisions:
-        print(f"{t.name}: {'would start' if d.ok else 'waits: ' + (d.reason or '?')}")
+        coder = t.coder or t.spec.coder or ctx.cfg.default_coder
+        if coder not in usable:
+            try:
+                usable[coder] = get_coder(coder).available()
+            except Exception as e:
+                usable[coder] = (False, str(e))
+        ok, detail = usable[coder]
+        if not ok:  # the engine would claim it and park it as never_started: say so now
+            print(f"{t.name}: waits: never starts here: {detail}")
+        else:
+            print(f"{t.name}: {'would start' if d.ok else 'waits: ' + (d.reason or '?')}")
     return 0
 
 

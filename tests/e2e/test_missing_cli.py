@@ -86,11 +86,6 @@ def _added_while_present(tmp_path: Path, present: str) -> Path:
     return home
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.cmd_plan / gate.plan do not check that the coder's program is installed: "
-    "a queued gemini task reads 'would start' on a machine without gemini",
-)
 def test_plan_says_the_program_is_missing(tmp_path: Path, paths: tuple[str, str]) -> None:
     bare, present = paths
     home = _added_while_present(tmp_path, present)

@@ -193,11 +193,6 @@ def assert_rate_limited_requeued(lr: LimitedRun) -> None:
     assert f"rate limit {lr.coder} resets" in line, line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gate.plan reports a pending not_before ('waits until HH:MM') before the account's rate "
-    "limit, so the rate-limited task itself never shows a rate-limit waiting reason",
-)
 def test_rate_limited_task_itself_names_the_rate_limit(claude_limited: LimitedRun) -> None:
     """The task whose attempt was rate-limited should say so in `waiting`, `plan` and the idle
     report (DESIGN 4/11: "rate limit resets 14:05"); they say "waits until HH:MM" instead."""

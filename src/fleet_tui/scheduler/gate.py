@@ -215,6 +215,12 @@ def plan(
             out.append((task, Decision(False, held[task.id])))
             continue
         if task.not_before is not None and task.not_before > inp.now:
+            coder = resolve_coder(task, default_coder)
+            account = account_of(task, coder) if account_of is not None else coder
+            rate = _rate_limit_gate(account, cfg, inp)
+            if rate is not None:  # held back by its account's limit: say so, not just "waits until"
+                out.append((task, rate))
+                continue
             nb = task.not_before
             out.append((task, Decision(False, f"waits until {hhmm(nb)}", nb)))
             continue
