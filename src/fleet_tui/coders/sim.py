@@ -4,7 +4,7 @@ Why it exists: ``fleet-tui demo`` and the test suite need an agent that needs no
 network and no install, yet exercises the same path as a real one. The sim agent writes Claude
 Code's stream-json, so this coder reuses the Claude normalizer: every sim run also tests it.
 The prompt goes to the agent on stdin (it may be large); ``@sim`` lines in it drive the agent
-(see docs/sim-agent.md). No textual or rich imports here.
+(see the README, "The simulated agent"). No textual or rich imports here.
 """
 
 from __future__ import annotations
