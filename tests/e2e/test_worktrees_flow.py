@@ -283,6 +283,8 @@ def test_kill_keeps_wip_commit_and_sweep_removes_only_clean_finished(fl: Fleet) 
     add(fl, "tk", f'blocks\n@sim write=k.txt text="half done\\n"\n@sim wait-file={never}', repo)
     for name in ("td", "te", "tg", "tm"):
         add(fl, name, f'@sim write={name}.txt text="{name}\\n"', repo)
+    solo = fl.repo(fl.tmp / "solo", {"s.txt": "s\n"})  # its only worktree will be deleted by hand
+    add(fl, "ts", '@sim write=s.txt text="ts\\n"', solo)
     # Keeps the engine busy until the kill has been answered: an engine that goes idle right
     # after the kill exits before it reports back (see the module's note on that engine bug).
     release, scratch = fl.tmp / "release", fl.tmp / "scratch"
@@ -295,7 +297,7 @@ def test_kill_keeps_wip_commit_and_sweep_removes_only_clean_finished(fl: Fleet) 
         return fl.tasks()["tk"]["status"] == "running" and (root / "tk" / "k.txt").is_file()
 
     wait_for(blocked, 30, what="tk wrote k.txt and blocks")
-    wait_for(lambda: all(fl.tasks()[n]["status"] == "done" for n in ("td", "te", "tg", "tm")), 30)
+    wait_for(lambda: all(fl.tasks()[n]["status"] == "done" for n in ("td", "te", "tg", "tm", "ts")), 30)
     assert "kill -> needs_human" in fl("kill", "tk").stdout
     release.write_text("")
     assert run.wait(timeout=60) == 0, (fl.tmp / "run.log").read_text()
@@ -314,7 +316,8 @@ def test_kill_keeps_wip_commit_and_sweep_removes_only_clean_finished(fl: Fleet) 
 
     # set the scene: te dirty, tg's directory gone, things that are not ours in and out of the root
     (root / "te" / "scratch.txt").write_text("uncommitted\n")
-    subprocess.run(["rm", "-rf", str(root / "tg")], check=True)
+    subprocess.run(["rm", "-rf", str(root / "tg"), str(root / "ts")], check=True)
+    assert len(worktree_paths(fl, solo)) == 2  # git still lists the deleted one
     (root / "notes").mkdir()
     (root / "notes" / "keep.txt").write_text("not a worktree\n")
     outside = fl.tmp / "outside-wt"
@@ -332,6 +335,7 @@ def test_kill_keeps_wip_commit_and_sweep_removes_only_clean_finished(fl: Fleet) 
     assert (outside / "wip.txt").is_file()
     listed = {p.resolve() for p in worktree_paths(fl, repo)}
     assert listed == {repo, outside.resolve(), (root / "te").resolve(), (root / "tk").resolve()}
+    assert worktree_paths(fl, solo) == [solo]  # pruned though nothing under the root leads to it
     assert snapshot(fl, repo) == before
     assert fl.git(repo, "status", "--porcelain", "--untracked-files=all") == ""
     no_gitignore(repo)

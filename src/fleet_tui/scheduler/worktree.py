@@ -31,6 +31,7 @@ from git import Git
 
 BRANCH_PREFIX = "fleet/"
 MERGE_PREFIX = ".merge-"
+REPOS_FILE = ".fleet-repos"  # in the managed root: every repo fleet made a worktree of
 DEFAULT_NAME = "fleet-tui"
 DEFAULT_EMAIL = "fleet@localhost"
 _OUTPUT_CAP = 64 * 1024
@@ -214,6 +215,24 @@ def ensure_exclude(repo_root: Path, patterns: Sequence[str]) -> None:
             f.flush()
 
 
+def _main_checkout(repo_root: Path) -> Path:
+    """The main checkout of the repository repo_root belongs to (itself, for a main checkout)."""
+    common = _common_dir(repo_root)
+    return common.parent if common.name == ".git" else common
+
+
+def _remember_repo(root: Path, repo_root: Path) -> None:
+    """Note the repo in ``root/.fleet-repos`` so a sweep can prune it even after every one of its
+    worktree directories is gone (then nothing under root leads back to it)."""
+    line = str(_main_checkout(repo_root))
+    with open(root / REPOS_FILE, "a+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        if line not in f.read().splitlines():
+            f.write(line + "\n")
+            f.flush()
+
+
 # --------------------------------------------------------------------------- create / check
 
 
@@ -258,6 +277,7 @@ def create_worktree(
     with contextlib.suppress(ValueError):
         rel = root.relative_to(repo_root)  # a fleet home inside the repo must not show up
         ensure_exclude(repo_root, [f"/{rel.as_posix()}/"])
+    _remember_repo(root, repo_root)
 
     def attempt() -> WorktreeInfo:
         with _worktree_lock(repo_root):
@@ -594,7 +614,8 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
     Only real directories directly under ``root`` are considered (symlinks and anything that
     resolves outside ``root`` are skipped); dirty ones (uncommitted, untracked or unreachable
     commits) are kept and reported; temp merge dirs older than ``stale_merge_s`` are removed;
-    ``git worktree prune`` runs on every repo involved.
+    ``git worktree prune`` runs on every repo involved, and on every repo listed in
+    ``root/.fleet-repos`` (so entries of worktree directories deleted by hand go too).
     """
     removed: list[str] = []
     kept_dirty: list[str] = []
@@ -606,6 +627,8 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
     repos: dict[Path, None] = {}
     for entry in sorted(root.iterdir()):
         name = entry.name
+        if name == REPOS_FILE:
+            continue
         if entry.is_symlink() or not entry.is_dir() or entry.resolve().parent != root:
             skipped.append(name)
             continue
@@ -640,4 +663,11 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
         status, _, err = _wt(repo, "prune", check=False)
         if status != 0:
             errors.append(f"prune {repo}: {err.strip()}")
+    registry = root / REPOS_FILE
+    known = registry.read_text(encoding="utf-8").splitlines() if registry.is_file() else []
+    for line in dict.fromkeys(x.strip() for x in known if x.strip()):
+        repo = Path(line)
+        if repo in repos or not repo.is_dir() or find_repo(repo) is None:
+            continue  # pruned above, or the repository is gone: nothing to keep true
+        _wt(repo, "prune", check=False)
     return SweepReport(tuple(removed), tuple(kept_dirty), tuple(skipped), tuple(errors))
