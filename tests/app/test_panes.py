@@ -286,7 +286,16 @@ async def test_engine_runs_as_a_worker() -> None:
     app = sc.make_app(sc.empty(), run_engine=run_engine)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: started, "engine worker")
-        assert any(w.group == "engine" for w in app.workers) or started
+
+
+async def test_engine_crash_is_shown() -> None:
+    async def run_engine() -> None:
+        raise RuntimeError("store is locked")
+
+    app = sc.make_app(sc.empty(), run_engine=run_engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: any("store is locked" in n.message for n in app._notifications))
+        assert app.is_running
 
 
 # ------------------------------------------------------------------------------------ screens

@@ -22,6 +22,7 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input
+from textual.worker import Worker, WorkerState
 
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, parse_filter, state_text
@@ -166,6 +167,16 @@ class FleetApp(App[None]):
         (a dialog or the detail screen on top hides them from the footer too)."""
         on_top = self.screen is not self.screen_stack[0]
         return not (on_top and action in self.MAIN_ACTIONS)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The hosted engine stopping on its own is news: say so rather than go quietly stale."""
+        worker = event.worker
+        if worker.group != "engine" or self._quitting:
+            return
+        if event.state == WorkerState.ERROR:
+            self.notify(f"The engine stopped: {worker.error!r}", severity="error", timeout=30)
+        elif event.state == WorkerState.SUCCESS:
+            self.notify("The engine stopped.", severity="warning", timeout=30)
 
     # ------------------------------------------------------------------ engine -> view
 

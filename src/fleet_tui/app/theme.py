@@ -41,7 +41,7 @@ class ThemeStyles:
             color = Color.parse(value)
         except Exception:
             return Style()
-        if color.a < 1:
-            background = Color.parse(self._variables.get("background", "#000000"))
-            color = background + color
+        background = self._variables.get("background")
+        if color.a < 1 and background:
+            color = Color.parse(background) + color
         return Style(color=color.rich_color)
