@@ -92,6 +92,9 @@ class Coder(Protocol):
     def version(self) -> str | None: ...
 
 
+_DECODER = json.JSONDecoder()
+
+
 class BaseNormalizer:
     """Shared plumbing: sequence numbers and safe fallbacks for lines a coder cannot parse."""
 
@@ -118,10 +121,11 @@ class BaseNormalizer:
         s = line.strip()
         if not s or s[0] not in "{[":
             return None
-        try:
-            return json.loads(s)
+        try:  # raw_decode skips json.loads' two whitespace regex passes (we stripped already)
+            value, end = _DECODER.raw_decode(s)
         except (ValueError, RecursionError):
             return None
+        return value if end == len(s) else None
 
     def poll(self, ts: float) -> list[Event]:
         return []
