@@ -31,7 +31,7 @@ from git import Git
 
 BRANCH_PREFIX = "fleet/"
 MERGE_PREFIX = ".merge-"
-REPOS_FILE = ".fleet-repos"  # in the managed root: every repo fleet made a worktree of
+REPOS_SUFFIX = ".repos"  # <root>.repos beside the managed root: every repo with a fleet worktree
 DEFAULT_NAME = "fleet-tui"
 DEFAULT_EMAIL = "fleet@localhost"
 _OUTPUT_CAP = 64 * 1024
@@ -221,11 +221,16 @@ def _main_checkout(repo_root: Path) -> Path:
     return common.parent if common.name == ".git" else common
 
 
+def _registry(root: Path) -> Path:
+    """``<root>.repos``: kept beside the root so the root holds nothing but worktrees."""
+    return root.with_name(root.name + REPOS_SUFFIX)
+
+
 def _remember_repo(root: Path, repo_root: Path) -> None:
-    """Note the repo in ``root/.fleet-repos`` so a sweep can prune it even after every one of its
+    """Note the repo in ``<root>.repos`` so a sweep can prune it even after every one of its
     worktree directories is gone (then nothing under root leads back to it)."""
     line = str(_main_checkout(repo_root))
-    with open(root / REPOS_FILE, "a+", encoding="utf-8") as f:
+    with open(_registry(root), "a+", encoding="utf-8") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         if line not in f.read().splitlines():
@@ -276,7 +281,7 @@ def create_worktree(
     branch = BRANCH_PREFIX + name
     with contextlib.suppress(ValueError):
         rel = root.relative_to(repo_root)  # a fleet home inside the repo must not show up
-        ensure_exclude(repo_root, [f"/{rel.as_posix()}/"])
+        ensure_exclude(repo_root, [f"/{rel.as_posix()}/", f"/{rel.as_posix()}{REPOS_SUFFIX}"])
     _remember_repo(root, repo_root)
 
     def attempt() -> WorktreeInfo:
@@ -615,7 +620,7 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
     resolves outside ``root`` are skipped); dirty ones (uncommitted, untracked or unreachable
     commits) are kept and reported; temp merge dirs older than ``stale_merge_s`` are removed;
     ``git worktree prune`` runs on every repo involved, and on every repo listed in
-    ``root/.fleet-repos`` (so entries of worktree directories deleted by hand go too).
+    ``<root>.repos`` (so entries of worktree directories deleted by hand go too).
     """
     removed: list[str] = []
     kept_dirty: list[str] = []
@@ -627,8 +632,6 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
     repos: dict[Path, None] = {}
     for entry in sorted(root.iterdir()):
         name = entry.name
-        if name == REPOS_FILE:
-            continue
         if entry.is_symlink() or not entry.is_dir() or entry.resolve().parent != root:
             skipped.append(name)
             continue
@@ -663,7 +666,7 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
         status, _, err = _wt(repo, "prune", check=False)
         if status != 0:
             errors.append(f"prune {repo}: {err.strip()}")
-    registry = root / REPOS_FILE
+    registry = _registry(root)
     known = registry.read_text(encoding="utf-8").splitlines() if registry.is_file() else []
     for line in dict.fromkeys(x.strip() for x in known if x.strip()):
         repo = Path(line)
