@@ -233,17 +233,12 @@ class Engine(Controller):
     async def _plan(self) -> list[tuple[Task, Any]]:
         def work() -> list[tuple[Task, Any]]:
             now = self.clock()
-            tasks = self.store.list_tasks()
-            by_id = {t.id: t for t in tasks}
+            tasks = self.store.list_tasks(TaskStatus.QUEUED)
             held: dict[str, str] = {}
             for t in tasks:
-                if t.status != TaskStatus.QUEUED or not t.spec.depends_on:
+                if not t.spec.depends_on:
                     continue
-                waiting = [
-                    d.name
-                    for d in self.store.dependencies(t.id)
-                    if by_id.get(d.id, d).status != TaskStatus.DONE
-                ]
+                waiting = [d.name for d in self.store.dependencies(t.id) if d.status != TaskStatus.DONE]
                 if waiting:
                     held[t.id] = "after " + ", ".join(waiting)
             inp = GateInputs(
@@ -536,7 +531,8 @@ class Engine(Controller):
                 ),
                 v.block_account_until,
             )
-        await anyio.to_thread.run_sync(self.store.close_questions, task.id, "cancelled", self.clock())
+        if r.runner.asked or task.asking:  # a question left pending dies with its attempt
+            await anyio.to_thread.run_sync(self.store.close_questions, task.id, "cancelled", self.clock())
         self.publish_task(new)
         if new is not None:
             await self._cascade(new)

@@ -155,8 +155,12 @@ class PostgresStore(PgBase):
                          (ref, ref, ref))
         return self._task(rows[0]) if rows else None
 
-    def list_tasks(self) -> list[Task]:
-        return [self._task(r) for r in self._all(self._TASK_SELECT + " ORDER BY t.seqno")]
+    def list_tasks(self, status: TaskStatus | None = None) -> list[Task]:
+        if status is not None:
+            rows = self._all(self._TASK_SELECT + " WHERE t.status = %s ORDER BY t.seqno", (status.value,))
+        else:
+            rows = self._all(self._TASK_SELECT + " ORDER BY t.seqno")
+        return [self._task(r) for r in rows]
 
     def task_names(self) -> set[str]:
         return {r["name"] for r in self._all("SELECT name FROM tasks")}

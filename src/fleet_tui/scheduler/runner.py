@@ -279,6 +279,7 @@ class AttemptRunner:
         self.last_text: str | None = None
         self.paused = False
         self.open_questions: set[str] = set()  # ask_human tool calls without a result yet
+        self.asked = False
 
     # -- control ------------------------------------------------------------------------------
     def stop(self, reason: str, detail: str | None = None) -> None:
@@ -436,6 +437,7 @@ class AttemptRunner:
     def _account(self, e: Event) -> None:
         if e.kind == "tool_call" and e.tool and "ask_human" in e.tool:
             self.open_questions.add(e.tool_id or "")
+            self.asked = True
         elif e.kind == "tool_result" and (e.tool_id or "") in self.open_questions:
             self.open_questions.discard(e.tool_id or "")
         if e.usage is not None:

@@ -284,8 +284,12 @@ class SqliteStore:
             rows = self._q(self._TASK_SELECT + " WHERE t.id = ? OR t.name = ?", (ref, ref))
         return self._task(rows[0]) if rows else None
 
-    def list_tasks(self) -> list[Task]:
-        return [self._task(r) for r in self._q(self._TASK_SELECT + " ORDER BY t.seqno")]
+    def list_tasks(self, status: TaskStatus | None = None) -> list[Task]:
+        if status is not None:
+            rows = self._q(self._TASK_SELECT + " WHERE t.status = ? ORDER BY t.seqno", (status.value,))
+        else:
+            rows = self._q(self._TASK_SELECT + " ORDER BY t.seqno")
+        return [self._task(r) for r in rows]
 
     def task_names(self) -> set[str]:
         return {r[0] for r in self._q("SELECT name FROM tasks")}
