@@ -9,13 +9,14 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import pytest
+from textual import events
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.screens.confirm import ConfirmScreen
 from fleet_tui.screens.quit import QuitScreen
 
 from . import scenarios as sc
-from .helpers import wait_for
+from .helpers import KEY_NAMES, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -181,3 +182,25 @@ async def test_typing_in_filter_does_not_trigger_commands() -> None:
         await pilot.pause()
         assert engine.calls == []
         assert not isinstance(app.screen, ConfirmScreen | QuitScreen)
+
+
+async def test_keys_typed_right_after_slash_or_a_go_to_the_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fast typing (or a paste) queues keys before focus moves: none may reach a cockpit binding."""
+    engine = sc.with_question()
+    app = sc.make_app(engine)
+    shells: list[str] = []
+    monkeypatch.setattr(app, "suspend", lambda: nullcontext())
+    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: shells.append(cwd) or 0)
+    async with app.run_test(size=SIZE) as pilot:
+        await select(pilot, app, "t-0002")
+        for ch in "/state:run":
+            app.post_message(events.Key(KEY_NAMES.get(ch, ch), ch))
+        await pilot.pause()
+        assert app.filter_input.value == "state:run"
+        await pilot.press("enter")
+        await pilot.pause()
+        for ch in "akp":  # answer, then type: "k" and "p" belong to the answer form now
+            app.post_message(events.Key(ch, ch))
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert engine.calls == [] and shells == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from textual.widgets import Input, OptionList, RichLog, Static
+from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.stream import MAX_LINES
@@ -76,10 +76,8 @@ async def test_answer_with_an_option() -> None:
     async with app.run_test(size=SIZE) as pilot:
         assert app.bells == 0  # questions already pending at start are not new
         await pilot.press("a")
-        await wait_for(
-            pilot, lambda: isinstance(app.focused, OptionList) and app.focused.id == "answer-options"
-        )
-        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.id == "answer-input")
+        await pilot.press("down", "down", "enter")  # first down picks choice 1, the second choice 2
         await wait_for(pilot, lambda: engine.calls, "answer")
         assert engine.calls == [("answer", ("q-0001", "Apache-2.0"))]
         await wait_for(pilot, lambda: app.focused is app.queue, "focus back on the queue")
@@ -89,8 +87,14 @@ async def test_answer_escape_cancels_and_empty_is_not_sent() -> None:
     engine = sc.with_question()
     app = sc.make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("a", "tab")
+        await pilot.press("a")
         await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.id == "answer-input")
+        await pilot.press("down", "x", "enter")  # typing drops the choice: free text "x" is sent
+        await wait_for(pilot, lambda: engine.calls, "answer")
+        assert engine.calls == [("answer", ("q-0001", "x"))]
+        engine.calls.clear()
+        await pilot.press("a")
+        await wait_for(pilot, lambda: app.inbox.answering is not None)
         await pilot.press("enter")  # empty: refused
         await pilot.pause()
         assert engine.calls == []

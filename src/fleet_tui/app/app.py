@@ -21,14 +21,14 @@ from typing import ClassVar, Literal
 from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Footer, Input, TextArea
 from textual.worker import Worker, WorkerState
 
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.panes import FleetHeader, GaugesPane
-from fleet_tui.app.queue import FilterInput, QueueTable
+from fleet_tui.app.queue import FilterInput, QueueTable, focus_now
 from fleet_tui.app.stream import StreamLog
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
 from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
@@ -54,7 +54,9 @@ class FleetApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "new_task", "new"),
         Binding("enter", "detail", "detail", key_display="⏎"),
-        Binding("a", "answer", "answer"),
+        # priority: handled as the key arrives, so keys typed right after it (fast typing, a paste,
+        # a batch over ssh) already land in the input it opens instead of on cockpit bindings
+        Binding("a", "answer", "answer", priority=True),
         Binding("k", "kill", "kill"),
         Binding("p", "pause_task", "pause"),
         Binding("P", "pause_fleet", "pause all"),
@@ -62,7 +64,7 @@ class FleetApp(App[None]):
         Binding("c", "cancel_task", "cancel"),
         Binding("m", "merge", "merge"),
         Binding("s", "shell", "shell"),
-        Binding("slash", "filter", "filter", key_display="/"),
+        Binding("slash", "filter", "filter", key_display="/", priority=True),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
         Binding("g", "top", "top", show=False),
@@ -166,7 +168,10 @@ class FleetApp(App[None]):
         """Cockpit keys act on the queue's selection, so they work only on the main screen
         (a dialog or the detail screen on top hides them from the footer too)."""
         on_top = self.screen is not self.screen_stack[0]
-        return not (on_top and action in self.MAIN_ACTIONS)
+        if on_top and action in self.MAIN_ACTIONS:
+            return False
+        # the priority keys are plain characters while someone types in a text field
+        return not (action in ("filter", "answer") and isinstance(self.focused, Input | TextArea))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The hosted engine stopping on its own is news: say so rather than go quietly stale."""
@@ -426,7 +431,7 @@ class FleetApp(App[None]):
         self.send(lambda: self.engine.answer(message.question_id, message.text))
 
     def on_inbox_done(self, message: Inbox.Done) -> None:
-        self.queue.focus()
+        focus_now(self.queue)
 
     def action_answer(self) -> None:
         if not self.questions:
@@ -481,7 +486,7 @@ class FleetApp(App[None]):
     def action_filter(self) -> None:
         flt = self.filter_input
         flt.display = True
-        flt.focus()
+        focus_now(flt)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id != "filter":
@@ -495,10 +500,10 @@ class FleetApp(App[None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
             event.input.display = bool(event.value.strip())
-            self.queue.focus()
+            focus_now(self.queue)
 
     def on_filter_input_cleared(self, event: FilterInput.Cleared) -> None:
-        self.queue.focus()
+        focus_now(self.queue)
 
     def action_top(self) -> None:
         focused = self.focused

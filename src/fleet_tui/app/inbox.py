@@ -18,6 +18,7 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from fleet_tui.app.format import question_line, truncate
+from fleet_tui.app.queue import focus_now
 from fleet_tui.scheduler.model import Question
 
 
@@ -30,7 +31,11 @@ class InboxItem:
 class Inbox(Vertical):
     """The question list plus the inline answer form (hidden until ``a``)."""
 
-    BINDINGS = [Binding("escape", "cancel_answer", "Cancel answer", show=False)]
+    BINDINGS = [
+        Binding("escape", "cancel_answer", "Cancel answer", show=False),
+        Binding("up", "choice(-1)", "Previous choice", show=False),
+        Binding("down", "choice(1)", "Next choice", show=False),
+    ]
 
     class Answer(Message):
         def __init__(self, question_id: str, text: str) -> None:
@@ -50,7 +55,9 @@ class Inbox(Vertical):
         yield OptionList(id="questions")
         with Vertical(id="answer-form"):
             yield Static("", id="answer-question")
-            yield OptionList(id="answer-options")
+            choices = OptionList(id="answer-options")
+            choices.can_focus = False  # picked with up/down from the text field (or the mouse)
+            yield choices
             yield Input(placeholder="your answer (Enter sends, Esc cancels)", id="answer-input")
 
     def on_mount(self) -> None:
@@ -108,13 +115,27 @@ class Inbox(Vertical):
         self.add_class("answering")
         if self.parent is not None:
             self.parent.add_class("answering")
+        options.highlighted = None
         inp = self.query_one("#answer-input", Input)
         inp.value = ""
-        if question.options:
-            options.highlighted = 0
-            options.focus()
+        inp.placeholder = (
+            "type an answer, or up/down to pick a choice; Enter sends, Esc cancels"
+            if question.options
+            else "type an answer; Enter sends, Esc cancels"
+        )
+        # focus stays in the text field, so fast typing never lands on a cockpit key
+        focus_now(inp)
+
+    def action_choice(self, step: int) -> None:
+        """Up/down while answering: move the highlighted choice (Enter on an empty field sends it)."""
+        options = self.query_one("#answer-options", OptionList)
+        if self.answering is None or not options.option_count:
+            return
+        current = options.highlighted
+        if current is None:
+            options.highlighted = 0 if step > 0 else options.option_count - 1
         else:
-            inp.focus()
+            options.highlighted = max(0, min(options.option_count - 1, current + step))
 
     def close_answer(self) -> None:
         self.answering = None
@@ -140,9 +161,18 @@ class Inbox(Vertical):
         self.post_message(self.Done())
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "answer-input":
-            event.stop()
+        if event.input.id != "answer-input":
+            return
+        event.stop()
+        options = self.query_one("#answer-options", OptionList)
+        if not event.value.strip() and self.answering is not None and options.highlighted is not None:
+            self._send(self.answering.options[options.highlighted])
+        else:
             self._send(event.value)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "answer-input" and event.value:
+            self.query_one("#answer-options", OptionList).highlighted = None  # free text wins
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()

@@ -12,11 +12,24 @@ from collections.abc import Iterable
 
 from textual.binding import Binding
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import DataTable, Input
 from textual.widgets.data_table import RowDoesNotExist
 
 from fleet_tui.app.format import QUEUE_COLUMNS, TaskFilter, row_values
 from fleet_tui.scheduler.model import Task
+
+
+def focus_now(widget: Widget) -> None:
+    """Move focus before the next queued key is handled.
+
+    ``Widget.focus()`` defers the change, so keys typed fast (or pasted) right after ``/`` or ``a``
+    would still reach the cockpit's bindings: ``/state:run`` would open a shell on ``s``.
+    """
+    try:
+        widget.screen.set_focus(widget)
+    except Exception:
+        widget.focus()
 
 
 class QueueTable(DataTable[str]):

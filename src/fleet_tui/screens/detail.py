@@ -30,6 +30,7 @@ from fleet_tui.app.format import (
     log_matches,
     state_text,
 )
+from fleet_tui.app.queue import focus_now
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.scheduler.api import EngineAPI
 from fleet_tui.scheduler.model import Attempt, Event, Task, Transition
@@ -111,7 +112,7 @@ def attempts_view(attempts: list[Attempt]) -> Group:
 class DetailScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "close", "Back"),
-        Binding("slash", "search", "Search log", key_display="/"),
+        Binding("slash", "search", "Search log", key_display="/", priority=True),
         Binding("1", "tab('tab-overview')", "Overview"),
         Binding("2", "tab('tab-attempts')", "Attempts"),
         Binding("3", "tab('tab-diff')", "Diff"),
@@ -188,7 +189,11 @@ class DetailScreen(Screen[None]):
 
     def action_search(self) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = "tab-log"
-        self.query_one("#log-search", Input).focus()
+        focus_now(self.query_one("#log-search", Input))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # "/" and the tab numbers are plain characters while typing in the search box
+        return not (action in ("search", "tab") and isinstance(self.focused, Input))
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = tab
