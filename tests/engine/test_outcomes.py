@@ -683,7 +683,14 @@ async def test_rate_limited_account_pauses_while_another_keeps_running_then_resu
     f = make_fleet(max_concurrent=4)
     await f.add(f.spec("limited", "@sim:1 rate-limit=600\n@sim:2+ steps=1", model="acct-a", max_retries=0))
     async with f.running():
-        t = await f.wait_waiting("limited", "waits until ")
+
+        async def limited() -> Task | None:
+            t = await f.task("limited")
+            return t if t.status == S.QUEUED and t.not_before is not None and t.waiting else None
+
+        t = await f.wait(limited, what="the rate-limited task back in the queue")
+        # the waiting reason says when: its own account's reset (or its not_before)
+        assert (t.waiting or "").startswith(("rate limit sim:acct-a resets ", "waits until ")), t.waiting
         assert t.retries_used == 0 and t.attempt == 1
         reset = t.not_before
         assert (
