@@ -156,8 +156,19 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
 
 
 def run_demo(ctx: Any) -> int:
-    """The cockpit on a fresh temporary home seeded with the demo tasks."""
-    home = Path(tempfile.mkdtemp(prefix="fleet-demo-"))
+    """The cockpit on a fresh home seeded with the demo tasks: a new temporary folder, or the
+    ``--home`` given on the command line when it is empty (so scripts can look at the store)."""
+    given = getattr(ctx.args, "home", None)
+    if given:
+        home = Path(given).expanduser().resolve()
+        if home.exists() and any(home.iterdir()):
+            print(
+                f"fleet-tui demo: {home} is not empty; give an empty or new folder (or no --home)",
+                file=sys.stderr,
+            )
+            return 1
+    else:
+        home = Path(tempfile.mkdtemp(prefix="fleet-demo-"))
     seed_demo(home)
     ctx.home = home
     ctx._cfg = None
