@@ -167,10 +167,21 @@ class Engine(Controller):
                 self.bus.close()
 
     async def shutdown(self, leave_running: bool) -> None:
-        """Stop scheduling; leave agents running for a later adopter, or stop them all."""
+        """Stop scheduling; leave agents running for a later adopter, or stop them all.
+
+        Returns once that is done (leases handed over, or every agent stopped and its task
+        requeued), so a caller may exit right after — the cockpit does."""
         self._leave_running = leave_running
         self._stopping = True
         self.wake()
+        if leave_running:
+            await self._hand_over()
+            return
+        for r in list(self.runners.values()):
+            r.runner.stop("shutdown")
+        with anyio.move_on_after(self.cfg.kill_grace_s + 15):
+            while self.runners:
+                await next(iter(self.runners.values())).done.wait()
 
     async def _hand_over(self) -> None:
         """Keep the leases of running agents alive long enough for a later engine to adopt them."""
