@@ -27,6 +27,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections import Counter
@@ -434,6 +435,62 @@ def test_frozen_host_wakes_up_and_its_late_writes_change_nothing(multi: Fleet, s
         store.close()
     for host in ("mh-a", "mh-b", "mh-c"):
         assert f.stop(host) == 0, f.log(host)
+
+
+def test_a_host_frozen_inside_a_transaction_does_not_hold_its_tasks(multi: Fleet) -> None:
+    """A host that freezes or loses its network inside a store transaction keeps row locks on
+    its tasks; the server must end that session so a peer can reclaim them (in-process stores:
+    the frozen engine is a thread parked inside ``_tx()`` after its heartbeat's UPDATE)."""
+    from fleet_tui.scheduler.model import TaskSpec
+    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store import StoreError
+
+    f = multi
+    frozen = PostgresStore(f.url, idle_tx_timeout_s=1.0)
+    peer = f.store()
+    wake = threading.Event()
+    late: list[BaseException | None] = []
+    try:
+        peer.add_tasks([TaskSpec(name="x", prompt="x", coder="shell", command="true")], time.time())
+        now = time.time()
+        t = frozen.claim("frozen-engine", "mh-a", (), now, 2.0, "shell", None)
+        assert t is not None
+
+        def heartbeat_then_freeze() -> None:
+            try:
+                with frozen._tx() as tx:  # the heartbeat's UPDATE, then the host stops
+                    tx.execute(
+                        "UPDATE tasks SET lease_until = %s WHERE owner = 'frozen-engine'", (now + 3600,)
+                    )
+                    wake.wait(60)
+                late.append(None)
+            except StoreError as e:
+                late.append(e)
+
+        th = threading.Thread(target=heartbeat_then_freeze, daemon=True)
+        th.start()
+        wait_for(
+            lambda: _sql(
+                f.schema,
+                "SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE %s",
+                ("UPDATE tasks SET lease_until%",),
+            ),
+            10,
+            what="the frozen host's open transaction",
+        )
+        started = time.monotonic()
+        taken = peer.take_over(t.id, "frozen-engine", t.attempt, "peer", "mh-b", now + 10, 6.0, True)
+        assert taken is not None and taken.owner == "peer", taken
+        assert time.monotonic() - started < 10
+        wake.set()
+        th.join(10)
+        assert late and isinstance(late[0], StoreError), f"the frozen host's late commit: {late}"
+        cur = peer.get_task(t.id)
+        assert cur is not None and cur.owner == "peer"
+    finally:
+        wake.set()
+        frozen.close()
+        peer.close()
 
 
 # -- a cockpit on another host -------------------------------------------------------------------

@@ -12,6 +12,10 @@ Split from ``postgres_store`` so that module holds only the Store contract's que
   notifications from other sessions. NOTIFY is a wake-up only: the marker also moves every
   ``fallback_s`` seconds and whenever the listener had to reconnect, so a lost notification
   delays a peer's reaction but never hides a change.
+* every session sets ``idle_in_transaction_session_timeout``: a host that dies, freezes or loses
+  its network inside a transaction would otherwise keep its row locks until the server's TCP
+  keepalive notices (two hours by default), and every peer's take-over of its tasks (and every
+  ``set_waiting`` touching them) would wait that long. The server ends such a session instead.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from fleet_tui.scheduler.store import StoreError
 Conn = psycopg.Connection[DictRow]
 Args = Sequence[Any] | dict[str, Any] | None
 T = TypeVar("T")
+#: a session idle this long inside a transaction is ended by the server, releasing its row locks
+#: (ours last milliseconds; keep it below the default lease so a dead host's tasks come back on time)
+IDLE_TX_TIMEOUT_S = 20.0
 
 
 def q(text: str) -> sql.SQL:
@@ -130,10 +137,12 @@ class PgBase:
     """Opening, pooling, transactions and the change marker of a PostgresStore."""
 
     def __init__(self, url: str, *, schema: str | None = None, pool_size: int = 8,
-                 fallback_s: float | None = 3.0, connect_timeout_s: int = 10) -> None:
+                 fallback_s: float | None = 3.0, connect_timeout_s: int = 10,
+                 idle_tx_timeout_s: float | None = IDLE_TX_TIMEOUT_S) -> None:
         target = ps.parse_url(url, schema)
         self._conninfo = target.conninfo
         self._timeout = connect_timeout_s
+        self._idle_tx_ms = int(idle_tx_timeout_s * 1000) if idle_tx_timeout_s else 0
         #: the URL without password (with ``?schema=`` when one was chosen)
         self.url = target.url
         self.schema: str = target.schema or ""
@@ -160,9 +169,17 @@ class PgBase:
         if "connect_timeout" not in self._conninfo:
             kw["connect_timeout"] = self._timeout
         try:
-            return psycopg.connect(self._conninfo, **kw)
+            conn = psycopg.connect(self._conninfo, **kw)
         except psycopg.Error as e:
             raise ps.explain_connect(e, self.url) from e
+        if self._idle_tx_ms:
+            try:
+                conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                             (str(self._idle_tx_ms),))
+            except psycopg.Error as e:
+                conn.close()
+                raise ps.explain(e, self.url) from e
+        return conn
 
     def _connect(self) -> Conn:
         conn = self._raw_connect()
