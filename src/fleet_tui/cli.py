@@ -197,7 +197,7 @@ def cmd_run(ctx: Ctx) -> int:
         ctx._cfg = dataclasses.replace(ctx.cfg, max_concurrent=a.max_concurrent)
     engine = _engine(ctx, host=a.host_name, tags=a.tag or ())
     if a.max_concurrent is not None:
-        engine._config_path = None  # an explicit flag wins over config hot reload
+        engine.overrides["max_concurrent"] = a.max_concurrent  # the flag wins over hot reloads
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:

@@ -9,6 +9,7 @@ the store cheaply for changes made by other processes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -105,6 +106,8 @@ class Engine(Controller):
         self._started = anyio.Event()
         self.idle_report: list[tuple[str, str]] = []
         self.shim_pool: ShimPool | None = None
+        #: settings given on the command line win over config.toml, also after a hot reload
+        self.overrides: dict[str, Any] = {}
 
     # -- the boundary -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -592,7 +595,7 @@ class Engine(Controller):
         if self._watcher is not None and not first:
             new_cfg, err = await anyio.to_thread.run_sync(self._watcher.poll)
             if new_cfg is not None:
-                self.cfg = new_cfg
+                self.cfg = dataclasses.replace(new_cfg, **self.overrides)
                 self.bus.publish([EngineEvent(kind="notice", text="config reloaded")])
                 self.wake()
             elif err:
