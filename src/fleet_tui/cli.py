@@ -517,7 +517,7 @@ def cmd_hosts(ctx: Ctx) -> int:
         print("no hosts have run an engine on this store yet")
     for h in hosts:
         age = now - h.heartbeat
-        state = "live" if age < 30 else f"silent {_fmt_dur(age)}"
+        state = "live" if age < max(3 * ctx.cfg.heartbeat_s, 5.0) else f"silent {_fmt_dur(age)}"
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"
         disk = format_gib(h.disk_free) if h.disk_free is not None else "?"
         load = f"{h.load:.2f}" if h.load is not None else "?"
@@ -588,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="the engine without the UI")
     r.add_argument("--until-idle", action="store_true")
     r.add_argument("--max-concurrent", type=int)
-    r.add_argument("--store")
+    r.add_argument("--store", default=argparse.SUPPRESS)  # also accepted before `run`
     r.add_argument("--host-name")
     r.add_argument("--tag", action="append")
 

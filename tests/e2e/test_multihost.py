@@ -399,7 +399,7 @@ STREAM_GAP = (
     "stream",
     [
         pytest.param(False, id="task-state"),
-        pytest.param(True, id="stream-too", marks=pytest.mark.xfail(strict=True, reason=STREAM_GAP)),
+        pytest.param(True, id="stream-too"),
     ],
 )
 def test_frozen_host_wakes_up_and_its_late_writes_change_nothing(multi: Fleet, stream: bool) -> None:
@@ -632,7 +632,7 @@ TOP_LEVEL_STORE = (
     "how",
     [
         "run-flag",
-        pytest.param("top-flag", marks=pytest.mark.xfail(strict=True, reason=TOP_LEVEL_STORE)),
+        pytest.param("top-flag"),
         "env",
         "config",
     ],

@@ -792,7 +792,7 @@ async def test_handoffs_are_limited_then_need_a_human(make_fleet: Callable[..., 
     ("limits", "detail", "outcome"),
     [
         ({"stall_min": 5.0}, "stalled: no output for 5 min", "stalled"),
-        ({"timeout_min": 10.0, "stall_min": 100.0}, "timeout: ran longer than 10 min", "stalled"),
+        ({"timeout_min": 10.0, "stall_min": 100.0}, "timeout: ran longer than 10 min", "timeout"),
     ],
 )
 async def test_a_stalled_or_overlong_attempt_is_stopped_and_retried(
@@ -818,17 +818,13 @@ async def test_a_stalled_or_overlong_attempt_is_stopped_and_retried(
     assert any(tr.dst == "queued" and (tr.reason or "").startswith(detail) for tr in trans), trans
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outcome.decide records a timeout as attempt outcome 'stalled' and launch.prepare_attempt "
-    "builds the retry reason from it ('stalled: ran longer than ...'); needs outcome='timeout' in "
-    "decide together with 'timeout' in prepare_attempt's retry-context outcomes (launch.py, lead's)",
-)
 async def test_a_timeout_is_called_a_timeout_in_the_attempt_and_the_retry_prompt(
     make_fleet: Callable[..., Fleet],
 ) -> None:
     f = make_fleet()
-    await f.add(f.spec("slowpoke", "@sim:1 steps=200 pace=0.05\n@sim:2+ steps=1", timeout_min=10.0))
+    await f.add(
+        f.spec("slowpoke", "@sim:1 steps=200 pace=0.05\n@sim:2+ steps=1", timeout_min=10.0, stall_min=100.0)
+    )
     async with f.running():
         await f.wait_status("slowpoke", S.RUNNING)
         f.clock.advance(601)

@@ -231,7 +231,14 @@ class Engine(Controller):
         transient, so a task held only by them keeps ``--until-idle`` waiting."""
         decisions = await self._plan()
         self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
-        return not any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions)
+        if any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions):
+            return False
+        # tasks still marked running under a dead engine come back once its lease expires:
+        # someone has to be there to reclaim them
+        orphans = await anyio.to_thread.run_sync(
+            self.store.orphaned_tasks, self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)
+        )
+        return not [t for t in orphans if t.owner != self.owner]
 
     def gate_config(self) -> GateConfig:
         c = self.cfg
@@ -382,11 +389,17 @@ class Engine(Controller):
         return bool(t and t.asking)
 
     async def _sink(self, tid: str, n: int, events: list[Event], offset: int) -> None:
+        r = self.runners.get(tid)
         if events or offset:
-            await anyio.to_thread.run_sync(lambda: self.store.append_events(events, offset=(tid, n, offset)))
+            kept = await anyio.to_thread.run_sync(
+                lambda: self.store.append_events(events, offset=(tid, n, offset), owner=self.owner)
+            )
+            if not kept:  # fenced out: another engine owns this task now; stop our agent
+                if r is not None:
+                    r.runner.stop("lease_lost", "another engine owns this task now")
+                return
         if events:
             self.bus.publish([EngineEvent(kind="event", event=e) for e in events])
-        r = self.runners.get(tid)
         if r is None:
             return
         for e in events:
@@ -504,7 +517,11 @@ class Engine(Controller):
             task = moved
             att_fields["outcome"] = v.outcome
             att_fields["verify_output"] = verify_out
-        await anyio.to_thread.run_sync(lambda: self.store.update_attempt(task.id, task.attempt, **att_fields))
+        kept = await anyio.to_thread.run_sync(
+            lambda: self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att_fields)
+        )
+        if not kept:
+            return  # the claim was lost while we finished: the new owner's record stands
         if v.status is None:
             return
         fields: dict[str, Any] = {"paused_running": 0}
@@ -672,10 +689,13 @@ class Engine(Controller):
         while True:
             cmds = await anyio.to_thread.run_sync(self.store.pending_commands, self.owner)
             for c in cmds:
-                res = await self._local_command(c.verb, c.task_id or "")
-                await anyio.to_thread.run_sync(
-                    self.store.finish_command, c.id, "done" if res.ok else "failed", res.message
-                )
+                # shielded: an engine going idle (run --until-idle) must still answer the command
+                # that made it idle, or the caller waits for nothing
+                with anyio.CancelScope(shield=True):
+                    res = await self._local_command(c.verb, c.task_id or "")
+                    await anyio.to_thread.run_sync(
+                        self.store.finish_command, c.id, "done" if res.ok else "failed", res.message
+                    )
             await anyio.sleep(0.1)
 
     async def _local_command(self, verb: str, tid: str) -> CommandResult:
@@ -821,28 +841,22 @@ class Engine(Controller):
         """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""
         from fleet_tui.scheduler import worktree as wt
 
-        def work() -> None:
-            alive = {
-                t.name
-                for t in self.store.list_tasks()
-                if t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED)
-            }
-            report = wt.sweep(self.home / "worktrees", lambda name: name in alive)
-            if report.removed or report.kept_dirty:
-                self.bus.publish(
-                    [
-                        EngineEvent(
-                            kind="notice",
-                            text=f"worktrees swept: removed {len(report.removed)}, "
-                            f"kept {len(report.kept_dirty)} with uncommitted work",
-                        )
-                    ]
-                )
+        def keep(name: str) -> bool:
+            # read at decision time: another engine may have added and started it meanwhile
+            t = self.store.get_task(name)
+            return t is not None and t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED)
 
         try:
-            await anyio.to_thread.run_sync(work)
+            report = await anyio.to_thread.run_sync(wt.sweep, self.home / "worktrees", keep)
         except Exception as e:
             self.bus.publish([EngineEvent(kind="notice", text=f"worktree sweep failed: {e}")])
+            return
+        if report.removed or report.kept_dirty:
+            text = (
+                f"worktrees swept: removed {len(report.removed)}, "
+                f"kept {len(report.kept_dirty)} with uncommitted work"
+            )
+            self.bus.publish([EngineEvent(kind="notice", text=text)])
 
     # -- adoption -----------------------------------------------------------------------------
     async def _adopt_orphans(self) -> None:

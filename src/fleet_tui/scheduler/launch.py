@@ -182,7 +182,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     crashed = False
     handoff = None
     if prev is not None:
-        if prev.outcome in ("failure", "verify_failed", "stalled"):
+        if prev.outcome in ("failure", "verify_failed", "stalled", "timeout", "over_budget"):
             retry_reason = f"{prev.outcome}: {prev.detail}" if prev.detail else prev.outcome
             retry_output = prev.verify_output or _tail_text(store, task.id, prev.n)
         elif prev.outcome in ("crashed", None):

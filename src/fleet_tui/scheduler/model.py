@@ -57,7 +57,8 @@ class VerifySpec:
         if self.kind == "run":
             return f"run: {self.run}"
         if self.kind == "agent":
-            return f"agent: {(self.agent or '')[:40]}"
+            first = (self.agent or "").strip().splitlines()[0] if (self.agent or "").strip() else ""
+            return f"agent: {first[:40]}"
         return f"artifact: {self.path}"
 
 

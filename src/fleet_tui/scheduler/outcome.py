@@ -117,7 +117,7 @@ def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_
         return _retry(task, policy, now, f"stalled: {r.stop_detail}", "stalled", park_reason="stalled")
     if stop == "timeout":
         return _retry(
-            task, policy, now, f"timeout: {r.stop_detail}", "stalled", park_reason=f"timeout: {r.stop_detail}"
+            task, policy, now, f"timeout: {r.stop_detail}", "timeout", park_reason=f"timeout: {r.stop_detail}"
         )
     if r.exit_reason in ("crashed", "lease_expired"):
         why = "its supervisor lost it" if r.exit_reason == "lease_expired" else "the attempt crashed"

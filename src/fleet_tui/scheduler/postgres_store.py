@@ -353,12 +353,18 @@ RETURNING id, attempt"""
             tx.execute(f"INSERT INTO attempts ({cols}) VALUES ({', '.join(['%s'] * len(d))})"
                        f" ON CONFLICT (task_id, n) DO UPDATE SET {upd}", tuple(d.values()))
 
-    def update_attempt(self, task_id: str, n: int, **fields: Any) -> None:
+    def update_attempt(self, task_id: str, n: int, *, owner: str | None = None, **fields: Any) -> bool:
         if not fields:
-            return
+            return True
         cols, vals = _sets(fields, _ATTEMPT_WRITABLE, "attempt")
+        fence, extra = "", tuple[Any, ...]()
+        if owner is not None:
+            fence = " AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = %s AND t.owner = %s AND t.attempt = %s)"
+            extra = (task_id, owner, n)
         with self._tx() as tx:
-            tx.execute(f"UPDATE attempts SET {cols} WHERE task_id = %s AND n = %s", (*vals, task_id, n))
+            cur = tx.execute(f"UPDATE attempts SET {cols} WHERE task_id = %s AND n = %s{fence}",
+                             (*vals, task_id, n, *extra))
+            return bool(cur.rowcount)
 
     @staticmethod
     def _attempt(r: DictRow) -> Attempt:
@@ -373,10 +379,18 @@ RETURNING id, attempt"""
                 self._all("SELECT * FROM attempts WHERE task_id = %s ORDER BY n", (task_id,))]
 
     # -- events --------------------------------------------------------------------------------
-    def append_events(self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None) -> None:
+    def append_events(self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None,
+                      owner: str | None = None) -> bool:
         if not events and offset is None:
-            return
+            return True
         with self._tx() as tx:
+            if owner is not None and offset is not None:
+                row = tx.execute(
+                    "SELECT 1 FROM tasks WHERE id = %s AND owner = %s AND attempt = %s FOR SHARE",
+                    (offset[0], owner, offset[1]),
+                ).fetchone()
+                if row is None:
+                    return False  # the claim was lost: a late writer changes nothing
             tx.executemany(
                 "INSERT INTO events(task_id, attempt, seq, ts, kind, text, payload)"
                 " VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
@@ -386,6 +400,7 @@ RETURNING id, attempt"""
                 nxt = max((e.seq for e in events), default=-1) + 1
                 tx.execute("UPDATE attempts SET stdout_offset = %s, next_seq = GREATEST(next_seq, %s)"
                            " WHERE task_id = %s AND n = %s", (off, nxt, tid, n))
+        return True
 
     @staticmethod
     def _event(r: DictRow) -> Event:

@@ -551,14 +551,20 @@ RETURNING id, attempt"""
                 tuple(d.values()),
             )
 
-    def update_attempt(self, task_id: str, n: int, **fields: Any) -> None:
+    def update_attempt(self, task_id: str, n: int, *, owner: str | None = None, **fields: Any) -> bool:
         if not fields:
-            return
+            return True
         cols = ", ".join(f"{k} = ?" for k in fields)
+        fence, extra = "", tuple[Any, ...]()
+        if owner is not None:  # fenced: only the engine that still holds the claim may write
+            fence = " AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = ? AND t.owner = ? AND t.attempt = ?)"
+            extra = (task_id, owner, n)
         with self._tx() as db:
-            db.execute(
-                f"UPDATE attempts SET {cols} WHERE task_id = ? AND n = ?", (*fields.values(), task_id, n)
+            cur = db.execute(
+                f"UPDATE attempts SET {cols} WHERE task_id = ? AND n = ?{fence}",
+                (*fields.values(), task_id, n, *extra),
             )
+            return bool(cur.rowcount)
 
     @staticmethod
     def _attempt(r: sqlite3.Row) -> Attempt:
@@ -575,8 +581,17 @@ RETURNING id, attempt"""
         ]
 
     # -- events --------------------------------------------------------------------------------
-    def append_events(self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None) -> None:
+    def append_events(
+        self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None, owner: str | None = None
+    ) -> bool:
         with self._tx() as db:
+            if owner is not None and offset is not None:
+                row = db.execute(
+                    "SELECT 1 FROM tasks WHERE id = ? AND owner = ? AND attempt = ?",
+                    (offset[0], owner, offset[1]),
+                ).fetchone()
+                if row is None:
+                    return False  # the claim was lost: a late writer changes nothing
             db.executemany(
                 "INSERT OR IGNORE INTO events(task_id, attempt, seq, ts, kind, text, payload)"
                 " VALUES (?,?,?,?,?,?,?)",
@@ -590,6 +605,7 @@ RETURNING id, attempt"""
                     " WHERE task_id = ? AND n = ?",
                     (off, nxt, tid, n),
                 )
+            return True
 
     def events(
         self,

@@ -246,16 +246,20 @@ class Store(Protocol):
     # -- attempts ----------------------------------------------------------------------------
     def put_attempt(self, a: Attempt) -> None: ...
 
-    def update_attempt(self, task_id: str, n: int, **fields: Any) -> None: ...
+    def update_attempt(self, task_id: str, n: int, *, owner: str | None = None, **fields: Any) -> bool:
+        """Update an attempt; with ``owner`` only while that engine still holds the task's claim."""
+        ...
 
     def get_attempt(self, task_id: str, n: int) -> Attempt | None: ...
 
     def attempts(self, task_id: str) -> list[Attempt]: ...
 
     # -- events ------------------------------------------------------------------------------
-    def append_events(self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None) -> None:
+    def append_events(self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None,
+                      owner: str | None = None) -> bool:
         """Insert events (idempotent on task_id/attempt/seq). With ``offset`` = (task_id, n,
-        stdout_offset) the attempt's read offset and next_seq move in the same transaction."""
+        stdout_offset) the attempt's read offset and next_seq move in the same transaction. With
+        ``owner`` nothing is written (False) unless that engine still holds attempt n's claim."""
         ...
 
     def events(
