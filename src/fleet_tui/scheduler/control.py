@@ -23,7 +23,7 @@ import anyio
 
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.model import Attempt, Event, Task, TaskSpec, Transition
 from fleet_tui.scheduler.states import ACTIVE, PARKED, IllegalTransition, TaskStatus
 from fleet_tui.scheduler.store import Store, StoreError
 
@@ -52,6 +52,9 @@ def owner_alive(store: Store, owner: str | None, now: float, stale_s: float) -> 
 
 class Controller:
     """Store-level commands; the Engine extends it with actions on the agents it runs."""
+
+    #: the fleet home, where worktree records live (None for a bare CLI controller)
+    home: Path | None = None
 
     def __init__(
         self,
@@ -258,6 +261,33 @@ class Controller:
                 + (f" (answer: {q.answer!r})" if q and q.answer else ""),
             )
         return CommandResult(True, f"answered {question_id}")
+
+    # -- reads for the cockpit (shared by the engine and the attached view) ---------------------
+    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is None:
+            return []
+        if attempt is None:
+            return await anyio.to_thread.run_sync(self.store.last_events, task.id, limit)
+        return await anyio.to_thread.run_sync(lambda: self.store.events(task.id, attempt, limit=limit))
+
+    async def attempts(self, ref: str) -> list[Attempt]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return [] if task is None else await anyio.to_thread.run_sync(self.store.attempts, task.id)
+
+    async def transitions(self, ref: str) -> list[Transition]:
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
+
+    async def diff(self, ref: str) -> str:
+        from fleet_tui.scheduler.launch import task_diff
+
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        if task is None:
+            return f"no task {ref!r}"
+        if self.home is None:
+            return "no fleet home known here: cannot find the task's worktree"
+        return await anyio.to_thread.run_sync(task_diff, self.home, task)
 
 
 def _read_shim(d: Path) -> dict[str, object] | None:

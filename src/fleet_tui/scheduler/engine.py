@@ -34,7 +34,6 @@ from fleet_tui.scheduler.gate import GateConfig, GateInputs, plan
 from fleet_tui.scheduler.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
 from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
 from fleet_tui.scheduler.model import (
-    Attempt,
     EngineEvent,
     Event,
     Gauges,
@@ -42,7 +41,6 @@ from fleet_tui.scheduler.model import (
     Snapshot,
     Task,
     TaskSpec,
-    Transition,
 )
 from fleet_tui.scheduler.outcome import Policy, after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, ShimPool, write_lease
@@ -70,6 +68,8 @@ class Running:
 
 
 class Engine(Controller):
+    home: Path
+
     def __init__(
         self,
         store: Store,
@@ -812,30 +812,6 @@ class Engine(Controller):
             return CommandResult(False, str(e))
         self.wake()
         return CommandResult(True, f"{key} = {value}")
-
-    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        if task is None:
-            return []
-        if attempt is None:
-            return await anyio.to_thread.run_sync(self.store.last_events, task.id, limit)
-        return await anyio.to_thread.run_sync(lambda: self.store.events(task.id, attempt, limit=limit))
-
-    async def attempts(self, ref: str) -> list[Attempt]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        return [] if task is None else await anyio.to_thread.run_sync(self.store.attempts, task.id)
-
-    async def transitions(self, ref: str) -> list[Transition]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
-
-    async def diff(self, ref: str) -> str:
-        from fleet_tui.scheduler.launch import task_diff
-
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        if task is None:
-            return f"no task {ref!r}"
-        return await anyio.to_thread.run_sync(task_diff, self.home, task)
 
     async def _sweep_worktrees(self) -> None:
         """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""

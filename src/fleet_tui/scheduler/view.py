@@ -20,7 +20,7 @@ from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import Controller, hostname
 from fleet_tui.scheduler.headroom import GIB
-from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Gauges, Snapshot, Transition
+from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, Snapshot
 from fleet_tui.scheduler.states import ACTIVE
 from fleet_tui.scheduler.store import Store
 
@@ -68,6 +68,8 @@ def build_snapshot(
 
 class AttachedView(Controller):
     """EngineAPI for a cockpit on a store whose engines run elsewhere."""
+
+    home: Path
 
     def __init__(
         self, store: Store, home: Path, cfg: Config, *, clock: Callable[[], float] = time.time
@@ -149,30 +151,6 @@ class AttachedView(Controller):
         except ConfigError as e:
             return CommandResult(False, str(e))
         return CommandResult(True, f"{key} = {value} (engines reload it within a second)")
-
-    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        if task is None:
-            return []
-        if attempt is None:
-            return await anyio.to_thread.run_sync(self.store.last_events, task.id, limit)
-        return await anyio.to_thread.run_sync(lambda: self.store.events(task.id, attempt, limit=limit))
-
-    async def attempts(self, ref: str) -> list[Attempt]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        return [] if task is None else await anyio.to_thread.run_sync(self.store.attempts, task.id)
-
-    async def transitions(self, ref: str) -> list[Transition]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
-
-    async def diff(self, ref: str) -> str:
-        from fleet_tui.scheduler.launch import task_diff
-
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        if task is None:
-            return f"no task {ref!r}"
-        return await anyio.to_thread.run_sync(task_diff, self.home, task)
 
     def __getattr__(self, name: str) -> Any:  # pragma: no cover - helpful error for missing API
         raise AttributeError(f"AttachedView has no {name!r}")
