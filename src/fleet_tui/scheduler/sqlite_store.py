@@ -347,7 +347,7 @@ WHERE id = (
     AND COALESCE(t.coder, t.spec_coder, :dc) NOT IN (SELECT value FROM json_each(:excl))
   ORDER BY t.priority DESC, t.seqno LIMIT 1
 ) AND status = 'queued'
-RETURNING id, attempt"""
+RETURNING *"""
         with self._tx() as db:
             row = db.execute(sql, args).fetchone()
             if row is None:
@@ -355,9 +355,9 @@ RETURNING id, attempt"""
             db.execute(
                 "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
                 " VALUES (?,?,'queued','running','claimed',?,?)",
-                (row[0], now, row[1], owner),
+                (row["id"], now, row["attempt"], owner),
             )
-            return self._get(db, row[0])
+            return self._task(row)  # a task just claimed from the queue has no pending question
 
     def transition(
         self,
