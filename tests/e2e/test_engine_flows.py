@@ -240,3 +240,43 @@ def test_crashed_attempt_is_resumed_with_an_assess_first_prompt(tmp_path: Path) 
     st = by_name(home)["c"]
     assert st["status"] == "done" and st["attempt"] == 2 and st["retries_used"] == 0
     assert log.read_text().split("\n")[:3] == ["start 1", "start 2", "resumed"]
+
+
+def _proc_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        data = fh.read()
+    return data[data.rfind(b")") + 2 :].split()[0].decode()
+
+
+def test_pause_and_resume_a_running_agent_and_the_whole_fleet(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    fleet(home, "add", "@sim sleep=60", "--coder", "sim", "--name", "napper", "--cwd", str(tmp_path))
+    run = fleet_bg(home, "run", log=tmp_path / "run.log")
+    try:
+        wait_for(lambda: by_name(home)["napper"]["status"] == "running", 30, what="napper running")
+        t = by_name(home)["napper"]
+        shim_file = home / "tasks" / t["id"] / "attempts" / "1" / "shim.json"
+        wait_for(lambda: shim_file.exists() and "agent_pid" in shim_file.read_text(), 10, what="shim.json")
+        agent = json.loads(shim_file.read_text())["agent_pid"]
+        fleet(home, "pause", "napper")
+        st = by_name(home)["napper"]
+        assert st["status"] == "paused"
+        wait_for(lambda: _proc_state(agent) == "T", 5, what="the agent SIGSTOPped")
+        fleet(home, "resume", "napper")
+        assert by_name(home)["napper"]["status"] == "running"
+        wait_for(lambda: _proc_state(agent) != "T", 5, what="the agent SIGCONTinued")
+        # the whole fleet: nothing new starts while paused, and it resumes by itself on resume --all
+        fleet(home, "pause", "--all")
+        fleet(home, "add", "@sim steps=1", "--coder", "sim", "--name", "later", "--cwd", str(tmp_path))
+        wait_for(
+            lambda: by_name(home)["later"]["waiting"] == "fleet paused", 10, what="later held by the pause"
+        )
+        assert by_name(home)["napper"]["status"] == "running"  # running agents continue
+        fleet(home, "resume", "--all")
+        wait_for(lambda: by_name(home)["later"]["status"] == "done", 30, what="later done after resume")
+        fleet(home, "cancel", "napper")
+        assert by_name(home)["napper"]["status"] == "cancelled"
+        wait_for(lambda: not pid_alive(agent), 10, what="the cancelled agent to be gone")
+    finally:
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=30)
