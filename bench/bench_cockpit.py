@@ -1,0 +1,371 @@
+"""Cockpit responsiveness under a loud fleet: N simulated agents each writing R events/s for S
+seconds (`@sim burst=R seconds=S`) while the cockpit is open (headless, 160x48), with the engine
+hosted inside it exactly as `fleet-tui` does (``FleetApp(engine, run_engine=engine.run)``).
+
+Measured in one process, one run, in three phases:
+
+1. idle: the same N tasks queued with the fleet paused (N rows, no agent);
+2. load: the fleet resumed until every task has finished (the sims' S seconds plus whatever the
+   engine needs to catch up);
+3. idle after: N finished rows, no agent.
+
+For each phase: the app's event-loop lag (a 10 ms repeating ``call_later`` callback, how late it
+fires, p50/p99/max), the key-to-screen time (a key posted the way the terminal driver posts it,
+until the screen it changes has been refreshed: ``?`` opens the help, ``escape`` closes it,
+``down``/``up`` moves the queue cursor; p50/p99), and this process's RSS over time. Then every
+event is checked to be on disk: per attempt, the burst events stored in the SQLite store against
+the count the sim reports in its final result ("emitted N events") and the lines of its raw
+``stdout.jsonl``.
+
+It prints figures and ratios (goal: p99 key-to-screen under load within 2x idle; memory flat after
+the first minute of load); it asserts nothing. Keys are not sent with ``pilot.press`` because that
+waits for the process to go idle (up to a second per key under load), which is not what a person's
+key waits for.
+
+Usage: python bench/bench_cockpit.py [--agents 32] [--rate 200] [--seconds 60] [--idle-seconds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sqlite3
+import statistics
+import tempfile
+import time
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from textual import events
+from textual.screen import Screen
+from textual.widget import Widget
+
+from fleet_tui.app.app import FleetApp
+from fleet_tui.config import Config
+from fleet_tui.scheduler.engine import Engine
+from fleet_tui.scheduler.model import TaskSpec
+from fleet_tui.scheduler.sqlite_store import SqliteStore
+from fleet_tui.scheduler.states import TERMINAL
+from fleet_tui.screens.help import HelpScreen
+
+TICK = 0.010
+KEY_TIMEOUT = 30.0
+
+
+@dataclass
+class Phase:
+    name: str
+    started: float = 0.0
+    ended: float = 0.0
+    lags: list[float] = field(default_factory=list)
+    quiet_lags: list[float] = field(default_factory=list)  # ticks no key handling overlapped
+    keys: dict[str, list[float]] = field(default_factory=dict)
+    rss: list[tuple[float, int]] = field(default_factory=list)  # (seconds into the phase, bytes)
+    timeouts: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+def pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+class Probe:
+    """The loop-lag ticker and the RSS sampler, writing into the current phase."""
+
+    def __init__(self) -> None:
+        self.phase = Phase("setup")
+        self.proc = psutil.Process()
+        self._loop = asyncio.get_running_loop()
+        self._due = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self._rss_task: asyncio.Task[None] | None = None
+        self.keys_active = False
+        self.keys_ended = 0.0  # loop time the last key round ended
+
+    def start(self) -> None:
+        self._due = self._loop.time() + TICK
+        self._handle = self._loop.call_later(TICK, self._tick)
+        self._rss_task = asyncio.create_task(self._sample_rss())
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._rss_task is not None:
+            self._rss_task.cancel()
+
+    def begin(self, name: str) -> Phase:
+        self.phase = Phase(name, started=time.perf_counter())
+        return self.phase
+
+    def _tick(self) -> None:
+        now = self._loop.time()
+        lag = max(0.0, now - self._due)
+        self.phase.lags.append(lag)
+        if not self.keys_active and self.keys_ended < self._due:
+            self.phase.quiet_lags.append(lag)
+        self._due = now + TICK
+        self._handle = self._loop.call_later(TICK, self._tick)
+
+    async def _sample_rss(self) -> None:
+        while True:
+            ph = self.phase
+            ph.rss.append((time.perf_counter() - ph.started, self.proc.memory_info().rss))
+            await asyncio.sleep(1.0)
+
+
+def send_key(app: FleetApp, key: str) -> None:
+    """Post a key the way a terminal driver does (``Pilot.press`` minus its waits for idle)."""
+    try:
+        char: str | None = unicodedata.lookup(key.upper().replace("_", " "))
+    except KeyError:
+        char = key if len(key) == 1 else None
+    event = events.Key(key, char)
+    event.set_sender(app)
+    assert app._driver is not None
+    app._driver.send_message(event)
+
+
+async def until(cond: Callable[[], bool], timeout: float = KEY_TIMEOUT) -> bool:
+    deadline = time.perf_counter() + timeout
+    while not cond():
+        if time.perf_counter() > deadline:
+            return False
+        await asyncio.sleep(0.001)
+    return True
+
+
+async def refreshed(widget: Widget | Screen[object]) -> None:
+    done = asyncio.Event()
+    if widget.call_after_refresh(done.set):
+        await asyncio.wait_for(done.wait(), KEY_TIMEOUT)
+
+
+async def key_to_screen(app: FleetApp, key: str, changed: Callable[[], bool], ph: Phase, label: str) -> None:
+    t0 = time.perf_counter()
+    send_key(app, key)
+    if not await until(changed):
+        ph.timeouts += 1
+        return
+    await refreshed(app.screen)
+    ph.keys.setdefault(label, []).append(time.perf_counter() - t0)
+
+
+async def key_round(app: FleetApp, probe: Probe) -> None:
+    probe.keys_active = True
+    try:
+        await _key_round(app, probe.phase)
+    finally:
+        probe.keys_active = False
+        probe.keys_ended = asyncio.get_running_loop().time()
+
+
+async def _key_round(app: FleetApp, ph: Phase) -> None:
+    main = app.screen_stack[0]
+    await key_to_screen(
+        app,
+        "question_mark",
+        lambda: isinstance(app.screen, HelpScreen) and app.screen.is_mounted,
+        ph,
+        "? help",
+    )
+    await key_to_screen(app, "escape", lambda: app.screen is main, ph, "esc close")
+    queue = app.queue
+    if queue.row_count > 1:
+        row = queue.cursor_row
+        key = "down" if row < queue.row_count - 1 else "up"
+        await key_to_screen(app, key, lambda: queue.cursor_row != row, ph, "cursor move")
+
+
+async def measure(app: FleetApp, probe: Probe, name: str, done: Callable[[], bool], min_s: float) -> Phase:
+    ph = probe.begin(name)
+    t_end = time.perf_counter() + min_s
+    while time.perf_counter() < t_end or not done():
+        await key_round(app, probe)
+        await asyncio.sleep(0.5)  # a person's pace, not a key storm
+    ph.ended = time.perf_counter()
+    return ph
+
+
+def check_events(home: Path, store_path: Path) -> tuple[int, int, int, int, list[str]]:
+    """(reported by the sims, raw stdout lines, stored, attempts, problems)"""
+    db = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True)
+    stored: dict[tuple[str, int], tuple[int, int]] = {
+        (tid, n): (count, distinct)
+        for tid, n, count, distinct in db.execute(
+            "SELECT task_id, attempt, count(*), count(DISTINCT text) FROM events"
+            " WHERE kind = 'text' AND text LIKE 'burst event %' GROUP BY task_id, attempt"
+        )
+    }
+    tasks = list(db.execute("SELECT id, name FROM tasks"))
+    db.close()
+    store = SqliteStore(str(store_path))
+    reported = raw = total_stored = attempts = 0
+    problems: list[str] = []
+    try:
+        for tid, name in tasks:
+            task = store.get_task(tid)
+            if task is None:
+                continue
+            m = re.search(r"emitted (\d+) events", task.result_text or "")
+            if task.status.value != "done" or not m:
+                problems.append(f"{name}: {task.status.value} {task.reason or ''} {task.result_text!r}")
+            for adir in sorted((home / "tasks" / tid / "attempts").glob("*")):
+                attempts += 1
+                n = int(adir.name)
+                lines = 0
+                with open(adir / "stdout.jsonl", "rb") as fh:
+                    lines = sum(1 for line in fh if b'"burst event ' in line)
+                count, distinct = stored.get((tid, n), (0, 0))
+                raw += lines
+                total_stored += count
+                if count != lines or distinct != count:
+                    problems.append(
+                        f"{name} attempt {n}: {lines} lines on stdout, {count} stored ({distinct} distinct)"
+                    )
+            if m:
+                reported += int(m.group(1))
+    finally:
+        store.close()
+    return reported, raw, total_stored, attempts, problems
+
+
+def mib(b: float) -> str:
+    return f"{b / 2**20:7.1f} MiB"
+
+
+def report(
+    args: argparse.Namespace, phases: list[Phase], check: tuple[int, int, int, int, list[str]]
+) -> None:
+    idle, load, after = phases
+    print(
+        f"\nagents={args.agents} rate={args.rate}/s seconds={args.seconds} "
+        f"(expected {round(args.agents * args.rate * args.seconds)} burst events); cores={psutil.cpu_count()}"
+    )
+    print(f"phases: idle {idle.seconds:.1f}s · load {load.seconds:.1f}s · idle after {after.seconds:.1f}s")
+    print("\nevent-loop lag (10 ms ticker)             p50        p99        max   ticks")
+    for attr, what in (("quiet_lags", "between keys"), ("lags", "all ticks")):
+        for ph in phases:
+            xs: list[float] = getattr(ph, attr)
+            print(
+                f"  {what:<12} {ph.name:<24} {pct(xs, 50) * 1000:7.2f} ms {pct(xs, 99) * 1000:7.2f} ms "
+                f"{max(xs, default=float('nan')) * 1000:8.1f} ms {len(xs):6d}"
+            )
+        i, lo = getattr(idle, attr), getattr(load, attr)
+        print(
+            f"  {what:<12} ratio load/idle: p50 {pct(lo, 50) / max(pct(i, 50), 1e-6):.1f}x · "
+            f"p99 {pct(lo, 99) / max(pct(i, 99), 1e-6):.1f}x"
+        )
+    print("\nkey to screen                             p50        p99     n   (timeouts)")
+    labels = list(dict.fromkeys(k for ph in phases for k in ph.keys))
+    for label in labels:
+        for ph in phases:
+            xs = ph.keys.get(label, [])
+            print(
+                f"  {label:<12} {ph.name:<24} {pct(xs, 50) * 1000:7.1f} ms {pct(xs, 99) * 1000:7.1f} ms "
+                f"{len(xs):4d}   ({ph.timeouts})"
+            )
+        i, lo = idle.keys.get(label, []), load.keys.get(label, [])
+        if i and lo:
+            r = pct(lo, 99) / pct(i, 99)
+            print(f"  {label:<12} p99 load/idle = {r:.2f}x  (goal <= 2x: {'met' if r <= 2 else 'NOT met'})")
+    print("\nsupervisor RSS (this process: cockpit + engine)")
+    for ph in phases:
+        rss = [r for _, r in ph.rss]
+        if rss:
+            print(f"  {ph.name:<30} median {mib(statistics.median(rss))}  peak {mib(max(rss))}")
+    if load.rss:
+        marks = [load.rss[int(f * (len(load.rss) - 1))] for f in (0, 0.25, 0.5, 0.75, 1)]
+        print("  load timeline: " + " · ".join(f"{t:5.0f}s {r / 2**20:6.1f}M" for t, r in marks))
+        later = [(t, r) for t, r in load.rss if t >= 60] or load.rss[len(load.rss) // 2 :]
+        if len(later) >= 2:
+            dt = later[-1][0] - later[0][0]
+            dr = later[-1][1] - later[0][1]
+            frm = "60 s" if later[0][0] >= 60 else f"{later[0][0]:.0f} s (run shorter than a minute)"
+            print(
+                f"  growth from {frm} to the end of load: {dr / 2**20:+.1f} MiB over {dt:.0f} s "
+                f"({dr / 2**20 / max(dt, 1e-6) * 60:+.1f} MiB/min)"
+            )
+        idle_med = statistics.median(r for _, r in idle.rss) if idle.rss else float("nan")
+        print(f"  ratio load peak / idle median: {max(r for _, r in load.rss) / idle_med:.2f}x")
+    reported, raw, stored, attempts, problems = check
+    print("\nevents on disk (burst events)")
+    print(f"  reported by the sims (result text)  {reported}")
+    print(f"  lines in stdout.jsonl ({attempts} attempts) {raw}")
+    print(f"  stored in the store                 {stored}")
+    verdict = "every event is on disk" if not problems and reported == raw == stored else "MISMATCH"
+    print(f"  {verdict}")
+    for p in problems[:20]:
+        print(f"   - {p}")
+
+
+async def bench(args: argparse.Namespace, tmp: Path) -> None:
+    home = tmp / "home"
+    work = tmp / "work"
+    home.mkdir()
+    work.mkdir()
+    db = home / "fleet.db"
+    store = SqliteStore(str(db))
+    cfg = Config(
+        max_concurrent=args.agents,
+        default_coder="sim",
+        max_load_per_core=1000.0,
+        mem_floor_gib=0.1,
+        disk_floor_gib=0.1,
+    )
+    prompt = f"Emit events for the cockpit benchmark.\n@sim burst={args.rate} seconds={args.seconds}\n"
+    specs = [
+        TaskSpec(name=f"burst-{i:02d}", prompt=prompt, cwd=str(work), coder="sim") for i in range(args.agents)
+    ]
+    store.add_tasks(specs, time.time())
+    store.set_setting("fleet_paused", "1")  # the idle phase: every row there, no agent
+    engine = Engine(store, home, cfg)
+    app = FleetApp(engine, run_engine=engine.run, on_quit="stop")
+
+    def finished() -> bool:
+        tasks = engine.snapshot().tasks
+        return len(tasks) == args.agents and all(t.status in TERMINAL for t in tasks)
+
+    async with app.run_test(size=(160, 48)):
+        await until(lambda: app.queue.row_count == args.agents)
+        probe = Probe()
+        probe.start()
+        try:
+            print(f"idle: {args.agents} queued rows, fleet paused, {args.idle_seconds}s ...", flush=True)
+            idle = await measure(app, probe, "idle (paused, no agents)", lambda: True, args.idle_seconds)
+            await engine.resume(None)
+            print(f"load: {args.agents} agents x {args.rate} events/s x {args.seconds}s ...", flush=True)
+            t0 = time.perf_counter()
+            load = await measure(app, probe, "load", finished, args.seconds)
+            print(f"  all tasks finished {time.perf_counter() - t0:.1f}s after resume", flush=True)
+            after = await measure(app, probe, "idle after (done rows)", lambda: True, args.idle_seconds)
+        finally:
+            probe.stop()
+        await engine.shutdown(leave_running=False)
+        app.exit()
+    store.close()
+    report(args, [idle, load, after], check_events(home, db))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agents", type=int, default=32)
+    ap.add_argument("--rate", type=int, default=200, help="events per second per agent")
+    ap.add_argument("--seconds", type=float, default=60.0, help="how long each agent bursts")
+    ap.add_argument("--idle-seconds", type=float, default=15.0, help="length of each idle phase")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-cockpit-") as d:
+        asyncio.run(bench(args, Path(d)))
+
+
+if __name__ == "__main__":
+    main()
