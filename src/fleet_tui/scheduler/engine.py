@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
@@ -30,23 +28,24 @@ from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
+from fleet_tui.scheduler.finish import cascade, finish_attempt, local_command
 from fleet_tui.scheduler.gate import GateConfig, GateInputs, plan
 from fleet_tui.scheduler.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
 from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
 from fleet_tui.scheduler.model import (
     EngineEvent,
     Event,
-    Gauges,
     Host,
     Snapshot,
     Task,
     TaskSpec,
 )
-from fleet_tui.scheduler.outcome import Policy, after_verify, decide
-from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits, ShimPool, write_lease
-from fleet_tui.scheduler.states import ACTIVE, PARKED, TaskStatus
+from fleet_tui.scheduler.outcome import Policy
+from fleet_tui.scheduler.runner import AttemptRunner, RunLimits, ShimPool, write_lease
+from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store import Store
-from fleet_tui.scheduler.verify import AgentReviewer, run_verifiers
+from fleet_tui.scheduler.verify import AgentReviewer
+from fleet_tui.scheduler.view import build_snapshot, midnight
 
 #: gate reasons that clear by themselves as agents finish
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
@@ -269,7 +268,7 @@ class Engine(Controller):
                 now=now,
                 rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
                 host_tags=self.tags,
-                spent_today=self.store.spent_since(_midnight(now)),
+                spent_today=self.store.spent_since(midnight(now)),
             )
             return plan(
                 tasks,
@@ -336,7 +335,7 @@ class Engine(Controller):
             )
             self.publish_task(new)
             if new is not None:
-                await self._cascade(new)
+                await cascade(self, new)
             return
         assert self._tg is not None
         self._launch_runner(task, launch)
@@ -433,157 +432,11 @@ class Engine(Controller):
         task = r.task
         try:
             result = await r.runner.run()
-            await self._finish(r, result)
+            await finish_attempt(self, r, result)
         finally:
             self.runners.pop(task.id, None)
             r.done.set()
             self.wake()
-
-    async def _finish(self, r: Running, res: AttemptResult) -> None:
-        task = r.task
-        now = self.clock()
-        fresh = await anyio.to_thread.run_sync(self.store.get_task, task.id)
-        if fresh is None or fresh.owner != self.owner or fresh.attempt != task.attempt:
-            return  # the claim was lost: someone else owns it now
-        task = fresh
-        if r.peak_mem:
-            self.mem.record(r.coder, r.peak_mem)
-        if task.worktree:  # uncommitted work goes to the branch as a WIP commit, never discarded
-            from fleet_tui.scheduler.launch import commit_leftovers
-
-            try:
-                await anyio.to_thread.run_sync(commit_leftovers, self, task)
-            except Exception as e:
-                self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
-        v = decide(task, res, self.policy(), now, self._rl_strikes.get(r.account, 0))
-        att_fields: dict[str, Any] = {
-            "ended_at": now,
-            "exit_code": res.exit_code,
-            "outcome": v.outcome,
-            "detail": res.stop_detail or res.outcome.detail,
-            "cost_usd": res.cost_usd or 0.0,
-            "tokens": res.tokens,
-        }
-        if v.block_account_until:
-            self._rl_strikes[r.account] = self._rl_strikes.get(r.account, 0) + 1
-        elif v.outcome == "success":
-            self._rl_strikes.pop(r.account, None)
-        verify_out = None
-        if v.verify:
-            moved = await anyio.to_thread.run_sync(
-                lambda: self.store.transition(
-                    task.id,
-                    TaskStatus.VERIFYING,
-                    reason=None,
-                    now=self.clock(),
-                    owner=self.owner,
-                    attempt=task.attempt,
-                )
-            )
-            if moved is None:
-                return
-            self.publish_task(moved)
-            workdir = Path(task.workdir or task.spec.cwd)
-            reviewer = self.reviewer(task)
-            vr = await anyio.to_thread.run_sync(
-                lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer)
-            )
-            verify_out = vr.output or None
-            if vr.output:
-                await self._sink(
-                    task.id,
-                    task.attempt,
-                    [
-                        Event(
-                            task_id=task.id,
-                            attempt=task.attempt,
-                            seq=r.runner.normalizer_seq(),
-                            ts=self.clock(),
-                            kind="verify",
-                            text=vr.output,
-                            is_error=not vr.passed,
-                        )
-                    ],
-                    r.runner.offset,
-                )
-            v = after_verify(
-                moved,
-                vr.passed,
-                vr.label,
-                res.outcome.claimed_success or res.exit_code == 0,
-                self.policy(),
-                self.clock(),
-            )
-            task = moved
-            att_fields["outcome"] = v.outcome
-            att_fields["verify_output"] = verify_out
-        kept = await anyio.to_thread.run_sync(
-            lambda: self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att_fields)
-        )
-        if not kept:
-            return  # the claim was lost while we finished: the new owner's record stands
-        if v.status is None:
-            return
-        fields: dict[str, Any] = {"paused_running": 0}
-        if v.use_retry:
-            fields["retries_used"] = task.retries_used + 1
-        if v.handoff:
-            fields["handoffs"] = task.handoffs + 1
-        if v.false_completion:
-            fields["false_completions"] = task.false_completions + 1
-        if v.not_before is not None:
-            fields["not_before"] = v.not_before
-        if res.outcome.result_text or res.last_text:
-            fields["result_text"] = res.outcome.result_text or res.last_text
-        if res.cost_usd is not None:
-            fields["cost_usd"] = (task.cost_usd if task.attempt_started_at else 0.0) or res.cost_usd
-        status = v.status
-        new = await anyio.to_thread.run_sync(
-            lambda: self.store.transition(
-                task.id,
-                status,
-                reason=v.reason,
-                now=self.clock(),
-                owner=self.owner,
-                attempt=task.attempt,
-                **fields,
-            )
-        )
-        if v.block_account_until:
-            from fleet_tui.scheduler.model import RateLimit
-
-            await anyio.to_thread.run_sync(
-                self.store.put_rate_limit,
-                RateLimit(
-                    account=r.account,
-                    status="rejected",
-                    resets_at=v.block_account_until,
-                    observed_at=self.clock(),
-                ),
-                v.block_account_until,
-            )
-        if r.runner.asked or task.asking:  # a question left pending dies with its attempt
-            await anyio.to_thread.run_sync(self.store.close_questions, task.id, "cancelled", self.clock())
-        self.publish_task(new)
-        if new is not None:
-            await self._cascade(new)
-            if new.status == TaskStatus.DONE:
-                await self._after_done(new)
-
-    async def _after_done(self, task: Task) -> None:
-        """Hook for finished tasks (worktree cleanup, auto-merge)."""
-        from fleet_tui.scheduler.launch import after_done
-
-        await anyio.to_thread.run_sync(lambda: after_done(self, task))
-
-    async def _cascade(self, task: Task) -> None:
-        from fleet_tui.scheduler.control import cascade_failure
-
-        if task.status in PARKED:
-            for t in await anyio.to_thread.run_sync(
-                cascade_failure, self.store, task, self.clock(), self.owner
-            ):
-                self.publish_task(t)
 
     def reviewer(self, task: Task) -> AgentReviewer | None:
         """How ``agent`` verifiers of this task ask a read-only reviewer (see review.py)."""
@@ -639,40 +492,26 @@ class Engine(Controller):
         def work() -> Snapshot:
             now = self.clock()
             h = self._headroom
-            host = Host(
-                name=self.host,
-                heartbeat=now,
-                cores=h.cores if h else 0,
+            self.store.upsert_host(
+                Host(
+                    name=self.host,
+                    heartbeat=now,
+                    cores=h.cores if h else 0,
+                    load=h.load_per_core if h else None,
+                    mem_available=h.mem_available if h else None,
+                    disk_free=h.disk_free if h else None,
+                    running=len(self.runners),
+                    tags=self.tags,
+                    version=__version__,
+                )
+            )
+            return build_snapshot(
+                self.store,
+                self.cfg,
+                now,
                 load=h.load_per_core if h else None,
-                mem_available=h.mem_available if h else None,
-                disk_free=h.disk_free if h else None,
-                running=len(self.runners),
-                tags=self.tags,
-                version=__version__,
-            )
-            self.store.upsert_host(host)
-            tasks = tuple(self.store.list_tasks())
-            rls = tuple(rl for rl, _ in self.store.rate_limits())
-            hosts = tuple(self.store.hosts())
-            g = Gauges(
-                running=sum(1 for t in tasks if t.status in ACTIVE),
-                max_concurrent=self.cfg.max_concurrent,
-                paused=self.store.get_setting("fleet_paused") == "1",
-                load_per_core=h.load_per_core if h else None,
-                mem_available=h.mem_available if h else None,
-                mem_floor=int(self.cfg.mem_floor_gib * GIB),
-                disk_free=h.disk_free if h else None,
-                rate_limits=rls,
-                hosts=len(hosts),
-                budget_usd=self.cfg.budget_usd_daily,
-                budget_spent_usd=self.store.spent_since(_midnight(now)),
-            )
-            return Snapshot(
-                taken_at=now,
-                tasks=tasks,
-                questions=tuple(self.store.pending_questions()),
-                hosts=hosts,
-                gauges=g,
+                mem=h.mem_available if h else None,
+                disk=h.disk_free if h else None,
             )
 
         old = {t.id: t for t in self._snapshot.tasks}
@@ -692,67 +531,16 @@ class Engine(Controller):
                 # shielded: an engine going idle (run --until-idle) must still answer the command
                 # that made it idle, or the caller waits for nothing
                 with anyio.CancelScope(shield=True):
-                    res = await self._local_command(c.verb, c.task_id or "")
+                    res = await local_command(self, c.verb, c.task_id or "")
                     await anyio.to_thread.run_sync(
                         self.store.finish_command, c.id, "done" if res.ok else "failed", res.message
                     )
             await anyio.sleep(0.1)
 
-    async def _local_command(self, verb: str, tid: str) -> CommandResult:
-        r = self.runners.get(tid)
-        if r is None:
-            task = await anyio.to_thread.run_sync(self.store.get_task, tid)
-            return CommandResult(False, f"{task.name if task else tid} is not running here")
-        name = r.task.name
-        if verb in ("kill", "cancel", "retry"):
-            reason = {"kill": "killed_by_user", "cancel": "cancelled", "retry": "retry_by_user"}[verb]
-            r.runner.stop(reason)
-            with anyio.move_on_after(self.cfg.kill_grace_s + 10):
-                await r.done.wait()
-            new = await anyio.to_thread.run_sync(self.store.get_task, tid)
-            state = new.status.value if new else "gone"
-            return CommandResult(r.done.is_set(), f"{name}: {verb} -> {state}", new)
-        if verb == "pause":
-            if not r.runner.signal_agent(signal.SIGSTOP):
-                return CommandResult(False, f"{name}: its agent is not running")
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.transition(
-                    tid,
-                    TaskStatus.PAUSED,
-                    reason="paused by user",
-                    now=self.clock(),
-                    owner=self.owner,
-                    attempt=r.task.attempt,
-                    paused_running=1,
-                )
-            )
-            if new:
-                r.task = new
-            self.publish_task(new)
-            return CommandResult(new is not None, f"{name}: paused (agent stopped with SIGSTOP)", new)
-        if verb == "resume":
-            r.runner.signal_agent(signal.SIGCONT)
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.transition(
-                    tid,
-                    TaskStatus.RUNNING,
-                    reason="resumed by user",
-                    now=self.clock(),
-                    owner=self.owner,
-                    attempt=r.task.attempt,
-                    paused_running=0,
-                )
-            )
-            if new:
-                r.task = new
-            self.publish_task(new)
-            return CommandResult(new is not None, f"{name}: resumed", new)
-        return CommandResult(False, f"unknown command {verb!r}")
-
     async def _routed(self, ref: str, verb: str, fallback: Callable[[str], Any]) -> CommandResult:
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is not None and task.id in self.runners:
-            res = await self._local_command(verb, task.id)
+            res = await local_command(self, verb, task.id)
         else:
             res = await fallback(ref)
         self.publish_task(res.task)
@@ -844,12 +632,3 @@ class Engine(Controller):
             if t.owner == self.owner or t.id in self.runners:
                 continue
             await adopt(self, t)
-
-
-def _midnight(now: float) -> float:
-    lt = time.localtime(now)
-    return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
-
-
-def python() -> str:
-    return sys.executable

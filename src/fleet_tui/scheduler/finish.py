@@ -1,0 +1,228 @@
+"""What happens when an attempt ends, and commands on the agents an engine holds.
+
+Kept out of engine.py so the engine reads as its loops: here an ended attempt is verified, its
+verdict decided (outcome.py), the attempt record and the task's transition written (both fenced
+by owner and attempt: a claim lost meanwhile changes nothing), dependents cascaded and finished
+work handed to the worktree after-work; and kill/cancel/retry/pause/resume act on a live agent.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.control import cascade_failure
+from fleet_tui.scheduler.model import EngineEvent, Event, Task
+from fleet_tui.scheduler.outcome import after_verify, decide
+from fleet_tui.scheduler.runner import AttemptResult
+from fleet_tui.scheduler.states import PARKED, TaskStatus
+from fleet_tui.scheduler.verify import run_verifiers
+
+if TYPE_CHECKING:
+    from fleet_tui.scheduler.engine import Engine, Running
+
+
+async def after_done_hook(engine: Engine, task: Task) -> None:
+    """Worktree after-work of a finished task (WIP commit, auto-merge)."""
+    from fleet_tui.scheduler.launch import after_done
+
+    await anyio.to_thread.run_sync(lambda: after_done(engine, task))
+
+
+async def cascade(engine: Engine, task: Task) -> None:
+    """A parked or cancelled task parks its dependents, down the chain."""
+    if task.status in PARKED:
+        for t in await anyio.to_thread.run_sync(
+            cascade_failure, engine.store, task, engine.clock(), engine.owner
+        ):
+            engine.publish_task(t)
+
+
+async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None:
+    """An attempt ended: verify, decide, write the fenced transition, cascade, after-work."""
+    task = r.task
+    now = engine.clock()
+    fresh = await anyio.to_thread.run_sync(engine.store.get_task, task.id)
+    if fresh is None or fresh.owner != engine.owner or fresh.attempt != task.attempt:
+        return  # the claim was lost: someone else owns it now
+    task = fresh
+    if r.peak_mem:
+        engine.mem.record(r.coder, r.peak_mem)
+    if task.worktree:  # uncommitted work goes to the branch as a WIP commit, never discarded
+        from fleet_tui.scheduler.launch import commit_leftovers
+
+        try:
+            await anyio.to_thread.run_sync(commit_leftovers, engine, task)
+        except Exception as e:
+            engine.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
+    v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0))
+    att_fields: dict[str, Any] = {
+        "ended_at": now,
+        "exit_code": res.exit_code,
+        "outcome": v.outcome,
+        "detail": res.stop_detail or res.outcome.detail,
+        "cost_usd": res.cost_usd or 0.0,
+        "tokens": res.tokens,
+    }
+    if v.block_account_until:
+        engine._rl_strikes[r.account] = engine._rl_strikes.get(r.account, 0) + 1
+    elif v.outcome == "success":
+        engine._rl_strikes.pop(r.account, None)
+    verify_out = None
+    if v.verify:
+        moved = await anyio.to_thread.run_sync(
+            lambda: engine.store.transition(
+                task.id,
+                TaskStatus.VERIFYING,
+                reason=None,
+                now=engine.clock(),
+                owner=engine.owner,
+                attempt=task.attempt,
+            )
+        )
+        if moved is None:
+            return
+        engine.publish_task(moved)
+        workdir = Path(task.workdir or task.spec.cwd)
+        reviewer = engine.reviewer(task)
+        vr = await anyio.to_thread.run_sync(
+            lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer)
+        )
+        verify_out = vr.output or None
+        if vr.output:
+            await engine._sink(
+                task.id,
+                task.attempt,
+                [
+                    Event(
+                        task_id=task.id,
+                        attempt=task.attempt,
+                        seq=r.runner.normalizer_seq(),
+                        ts=engine.clock(),
+                        kind="verify",
+                        text=vr.output,
+                        is_error=not vr.passed,
+                    )
+                ],
+                r.runner.offset,
+            )
+        v = after_verify(
+            moved,
+            vr.passed,
+            vr.label,
+            res.outcome.claimed_success or res.exit_code == 0,
+            engine.policy(),
+            engine.clock(),
+        )
+        task = moved
+        att_fields["outcome"] = v.outcome
+        att_fields["verify_output"] = verify_out
+    kept = await anyio.to_thread.run_sync(
+        lambda: engine.store.update_attempt(task.id, task.attempt, owner=engine.owner, **att_fields)
+    )
+    if not kept:
+        return  # the claim was lost while we finished: the new owner's record stands
+    if v.status is None:
+        return
+    fields: dict[str, Any] = {"paused_running": 0}
+    if v.use_retry:
+        fields["retries_used"] = task.retries_used + 1
+    if v.handoff:
+        fields["handoffs"] = task.handoffs + 1
+    if v.false_completion:
+        fields["false_completions"] = task.false_completions + 1
+    if v.not_before is not None:
+        fields["not_before"] = v.not_before
+    if res.outcome.result_text or res.last_text:
+        fields["result_text"] = res.outcome.result_text or res.last_text
+    if res.cost_usd is not None:
+        fields["cost_usd"] = (task.cost_usd if task.attempt_started_at else 0.0) or res.cost_usd
+    status = v.status
+    new = await anyio.to_thread.run_sync(
+        lambda: engine.store.transition(
+            task.id,
+            status,
+            reason=v.reason,
+            now=engine.clock(),
+            owner=engine.owner,
+            attempt=task.attempt,
+            **fields,
+        )
+    )
+    if v.block_account_until:
+        from fleet_tui.scheduler.model import RateLimit
+
+        await anyio.to_thread.run_sync(
+            engine.store.put_rate_limit,
+            RateLimit(
+                account=r.account,
+                status="rejected",
+                resets_at=v.block_account_until,
+                observed_at=engine.clock(),
+            ),
+            v.block_account_until,
+        )
+    if r.runner.asked or task.asking:  # a question left pending dies with its attempt
+        await anyio.to_thread.run_sync(engine.store.close_questions, task.id, "cancelled", engine.clock())
+    engine.publish_task(new)
+    if new is not None:
+        await cascade(engine, new)
+        if new.status == TaskStatus.DONE:
+            await after_done_hook(engine, new)
+
+
+async def local_command(engine: Engine, verb: str, tid: str) -> CommandResult:
+    """Act on an agent this engine holds: stop it (kill, cancel, retry) or signal its group."""
+    r = engine.runners.get(tid)
+    if r is None:
+        task = await anyio.to_thread.run_sync(engine.store.get_task, tid)
+        return CommandResult(False, f"{task.name if task else tid} is not running here")
+    name = r.task.name
+    if verb in ("kill", "cancel", "retry"):
+        reason = {"kill": "killed_by_user", "cancel": "cancelled", "retry": "retry_by_user"}[verb]
+        r.runner.stop(reason)
+        with anyio.move_on_after(engine.cfg.kill_grace_s + 10):
+            await r.done.wait()
+        new = await anyio.to_thread.run_sync(engine.store.get_task, tid)
+        state = new.status.value if new else "gone"
+        return CommandResult(r.done.is_set(), f"{name}: {verb} -> {state}", new)
+    if verb == "pause":
+        if not r.runner.signal_agent(signal.SIGSTOP):
+            return CommandResult(False, f"{name}: its agent is not running")
+        new = await anyio.to_thread.run_sync(
+            lambda: engine.store.transition(
+                tid,
+                TaskStatus.PAUSED,
+                reason="paused by user",
+                now=engine.clock(),
+                owner=engine.owner,
+                attempt=r.task.attempt,
+                paused_running=1,
+            )
+        )
+        if new:
+            r.task = new
+        engine.publish_task(new)
+        return CommandResult(new is not None, f"{name}: paused (agent stopped with SIGSTOP)", new)
+    if verb == "resume":
+        r.runner.signal_agent(signal.SIGCONT)
+        new = await anyio.to_thread.run_sync(
+            lambda: engine.store.transition(
+                tid,
+                TaskStatus.RUNNING,
+                reason="resumed by user",
+                now=engine.clock(),
+                owner=engine.owner,
+                attempt=r.task.attempt,
+                paused_running=0,
+            )
+        )
+        if new:
+            r.task = new
+        engine.publish_task(new)
+        return CommandResult(new is not None, f"{name}: resumed", new)
+    return CommandResult(False, f"unknown command {verb!r}")
