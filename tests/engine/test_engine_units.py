@@ -79,7 +79,7 @@ def test_nfs_home_is_detected_and_refused(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "nfs").mkdir()
     assert is_nfs(str(tmp_path / "nfs" / "home"), str(mounts))
     assert not is_nfs(str(tmp_path / "local"), str(mounts))
-    import fleet_tui.scheduler.sqlite_store as ss
+    import fleet_tui.scheduler.sqlite_base as ss
 
     monkeypatch.setattr(ss, "is_nfs", lambda p: True)
     with pytest.raises(StoreError, match="network filesystem"):
