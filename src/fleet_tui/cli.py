@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from fleet_tui import __version__
+from fleet_tui.report import elapsed, event_json, event_line, fmt_dur, print_graph, task_json, why
 
 
 class UserError(Exception):
@@ -228,69 +229,6 @@ def cmd_run(ctx: Ctx) -> int:
     return 0
 
 
-def _elapsed(t: Any, now: float) -> float | None:
-    if t.started_at is None:
-        return None
-    end = t.finished_at if t.status.value in ("done", "cancelled", "needs_human") and t.finished_at else now
-    return max(0.0, end - (t.attempt_started_at or t.started_at))
-
-
-def task_json(t: Any, now: float) -> dict[str, Any]:
-    return {
-        "id": t.id,
-        "name": t.name,
-        "status": t.status.value,
-        "reason": t.reason,
-        "waiting": t.waiting,
-        "asking": t.asking,
-        "attempt": t.attempt,
-        "retries_used": t.retries_used,
-        "handoffs": t.handoffs,
-        "false_completions": t.false_completions,
-        "priority": t.spec.priority,
-        "depends_on": list(t.spec.depends_on),
-        "coder": t.coder or t.spec.coder,
-        "model": t.model or t.spec.model,
-        "host": t.host,
-        "owner": t.owner,
-        "created_at": t.created_at,
-        "started_at": t.started_at,
-        "finished_at": t.finished_at,
-        "elapsed_s": _elapsed(t, now),
-        "tokens": t.tokens,
-        "cost_usd": t.cost_usd,
-        "context_tokens": t.context_tokens,
-        "context_window": t.context_window,
-        "branch": t.branch,
-        "worktree": t.worktree,
-        "workdir": t.workdir,
-        "merged_commit": t.merged_commit,
-        "result_text": t.result_text,
-    }
-
-
-def _fmt_dur(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _why(t: Any, by_name: dict[str, Any] | None = None) -> str:
-    """Why a task is where it is: its question, its waiting reason, or its parked reason."""
-    if t.asking:
-        return "asks a question"
-    if t.status.value == "queued":
-        if t.waiting:
-            return str(t.waiting)
-        if by_name is not None:  # no engine has looked at it yet: dependencies are known anyway
-            after = [d for d in t.spec.depends_on if d in by_name and by_name[d].status.value != "done"]
-            if after:
-                return "after " + ", ".join(after)
-        return t.reason or ""
-    return t.reason or ""
-
-
 def cmd_status(ctx: Ctx) -> int:
     store = ctx.store
     tasks = store.list_tasks()
@@ -306,7 +244,7 @@ def cmd_status(ctx: Ctx) -> int:
         print(json.dumps(out, indent=1))
         return 0
     if ctx.args.graph:
-        return _graph(tasks)
+        return print_graph(tasks)
     if not tasks:
         print("no tasks (add one: fleet-tui add PROMPT, or fleet-tui load tasks.toml)")
         return 0
@@ -315,34 +253,9 @@ def cmd_status(ctx: Ctx) -> int:
     for t in tasks:
         coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
         print(
-            f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {_fmt_dur(_elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{coder:<14} {_why(t, names)}".rstrip()
+            f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
+            f"{coder:<14} {why(t, names)}".rstrip()
         )
-    return 0
-
-
-def _graph(tasks: list[Any]) -> int:
-    by_name = {t.name: t for t in tasks}
-    children: dict[str, list[str]] = {}
-    roots = []
-    for t in tasks:
-        deps = [d for d in t.spec.depends_on if d in by_name]
-        if not deps:
-            roots.append(t.name)
-        for d in deps:
-            children.setdefault(d, []).append(t.name)
-
-    def show(name: str, prefix: str, last: bool, top: bool) -> None:
-        t = by_name[name]
-        why = _why(t, by_name)
-        line = f"{name} [{t.status.value}]" + (f" {why}" if why else "")
-        print(line if top else f"{prefix}{'└─ ' if last else '├─ '}{line}")
-        kids = children.get(name, [])
-        for i, k in enumerate(kids):
-            show(k, prefix + ("" if top else ("   " if last else "│  ")), i == len(kids) - 1, False)
-
-    for r in roots:
-        show(r, "", True, True)
     return 0
 
 
@@ -351,30 +264,6 @@ def _task_or_fail(ctx: Ctx, ref: str) -> Any:
     if t is None:
         raise UserError(f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)")
     return t
-
-
-def _event_json(e: Any) -> dict[str, Any]:
-    import dataclasses
-
-    d = dataclasses.asdict(e)
-    return {k: v for k, v in d.items() if v is not None and v is not False}
-
-
-def _event_line(e: Any) -> str:
-    ts = time.strftime("%H:%M:%S", time.localtime(e.ts))
-    body = e.text or ""
-    if e.kind == "tool_call":
-        body = f"{e.tool} {json.dumps(e.tool_input)[:200] if e.tool_input is not None else ''}"
-    elif e.kind == "usage" and e.usage:
-        body = f"{e.usage.total} tokens" + (f", context {e.context_tokens}" if e.context_tokens else "")
-    elif e.kind == "rate_limit" and e.rate_limit:
-        body = f"{e.rate_limit.status} {e.rate_limit.window or ''}"
-    from fleet_tui.scheduler.inbox import sanitize_for_display
-
-    body = sanitize_for_display(body.replace("\n", " ⏎ "), one_line=True)
-    if len(body) > 400:
-        body = body[:400] + "…"
-    return f"{ts} a{e.attempt} {e.kind:<12} {body}"
 
 
 def cmd_logs(ctx: Ctx) -> int:
@@ -393,7 +282,7 @@ def cmd_logs(ctx: Ctx) -> int:
     while True:
         evs = store.events(t.id, after=after, limit=5000)
         for e in evs:
-            print(json.dumps(_event_json(e)) if ctx.args.json else _event_line(e), flush=True)
+            print(json.dumps(event_json(e)) if ctx.args.json else event_line(e), flush=True)
         if evs:
             after = (evs[-1].attempt, evs[-1].seq)
         if not ctx.args.follow:
@@ -517,7 +406,7 @@ def cmd_hosts(ctx: Ctx) -> int:
         print("no hosts have run an engine on this store yet")
     for h in hosts:
         age = now - h.heartbeat
-        state = "live" if age < max(3 * ctx.cfg.heartbeat_s, 5.0) else f"silent {_fmt_dur(age)}"
+        state = "live" if age < max(3 * ctx.cfg.heartbeat_s, 5.0) else f"silent {fmt_dur(age)}"
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"
         disk = format_gib(h.disk_free) if h.disk_free is not None else "?"
         load = f"{h.load:.2f}" if h.load is not None else "?"

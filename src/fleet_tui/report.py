@@ -1,0 +1,124 @@
+"""How tasks and events look on a terminal and in ``--json``: the stable keys of ``status --json``,
+one-line event rendering for ``logs``, and the depends_on tree of ``status --graph``.
+
+Agent-provided text is sanitized before it reaches the terminal (it is data, never escape codes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any
+
+from fleet_tui.scheduler.inbox import sanitize_for_display
+
+
+def elapsed(t: Any, now: float) -> float | None:
+    if t.started_at is None:
+        return None
+    end = t.finished_at if t.status.value in ("done", "cancelled", "needs_human") and t.finished_at else now
+    return max(0.0, end - (t.attempt_started_at or t.started_at))
+
+
+def task_json(t: Any, now: float) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "name": t.name,
+        "status": t.status.value,
+        "reason": t.reason,
+        "waiting": t.waiting,
+        "asking": t.asking,
+        "attempt": t.attempt,
+        "retries_used": t.retries_used,
+        "handoffs": t.handoffs,
+        "false_completions": t.false_completions,
+        "priority": t.spec.priority,
+        "depends_on": list(t.spec.depends_on),
+        "coder": t.coder or t.spec.coder,
+        "model": t.model or t.spec.model,
+        "host": t.host,
+        "owner": t.owner,
+        "created_at": t.created_at,
+        "started_at": t.started_at,
+        "finished_at": t.finished_at,
+        "elapsed_s": elapsed(t, now),
+        "tokens": t.tokens,
+        "cost_usd": t.cost_usd,
+        "context_tokens": t.context_tokens,
+        "context_window": t.context_window,
+        "branch": t.branch,
+        "worktree": t.worktree,
+        "workdir": t.workdir,
+        "merged_commit": t.merged_commit,
+        "result_text": t.result_text,
+    }
+
+
+def fmt_dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def why(t: Any, by_name: dict[str, Any] | None = None) -> str:
+    """Why a task is where it is: its question, its waiting reason, or its parked reason."""
+    if t.asking:
+        return "asks a question"
+    if t.status.value == "queued":
+        if t.waiting:
+            return str(t.waiting)
+        if by_name is not None:  # no engine has looked at it yet: dependencies are known anyway
+            after = [d for d in t.spec.depends_on if d in by_name and by_name[d].status.value != "done"]
+            if after:
+                return "after " + ", ".join(after)
+        return t.reason or ""
+    return t.reason or ""
+
+
+def print_graph(tasks: list[Any]) -> int:
+    by_name = {t.name: t for t in tasks}
+    children: dict[str, list[str]] = {}
+    roots = []
+    for t in tasks:
+        deps = [d for d in t.spec.depends_on if d in by_name]
+        if not deps:
+            roots.append(t.name)
+        for d in deps:
+            children.setdefault(d, []).append(t.name)
+
+    def show(name: str, prefix: str, last: bool, top: bool) -> None:
+        t = by_name[name]
+        reason = why(t, by_name)
+        line = f"{name} [{t.status.value}]" + (f" {reason}" if reason else "")
+        print(line if top else f"{prefix}{'└─ ' if last else '├─ '}{line}")
+        kids = children.get(name, [])
+        for i, k in enumerate(kids):
+            show(k, prefix + ("" if top else ("   " if last else "│  ")), i == len(kids) - 1, False)
+
+    for r in roots:
+        show(r, "", True, True)
+    return 0
+
+
+def event_json(e: Any) -> dict[str, Any]:
+    """One event as the stable JSON object of ``logs --json`` (unset fields left out)."""
+    d = dataclasses.asdict(e)
+    return {k: v for k, v in d.items() if v is not None and v is not False}
+
+
+def event_line(e: Any) -> str:
+    """One event as a terminal line: time, attempt, kind, a short sanitized body."""
+    ts = time.strftime("%H:%M:%S", time.localtime(e.ts))
+    body = e.text or ""
+    if e.kind == "tool_call":
+        body = f"{e.tool} {json.dumps(e.tool_input)[:200] if e.tool_input is not None else ''}"
+    elif e.kind == "usage" and e.usage:
+        body = f"{e.usage.total} tokens" + (f", context {e.context_tokens}" if e.context_tokens else "")
+    elif e.kind == "rate_limit" and e.rate_limit:
+        body = f"{e.rate_limit.status} {e.rate_limit.window or ''}"
+    body = sanitize_for_display(body.replace("\n", " ⏎ "), one_line=True)
+    if len(body) > 400:
+        body = body[:400] + "…"
+    return f"{ts} a{e.attempt} {e.kind:<12} {body}"
