@@ -280,3 +280,32 @@ def test_pause_and_resume_a_running_agent_and_the_whole_fleet(tmp_path: Path) ->
     finally:
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=30)
+
+
+def test_logs_follow_streams_until_the_task_finishes(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    fleet(
+        home,
+        "add",
+        "@sim steps=4 pace=0.3\n@sim say=finished-here",
+        "--coder",
+        "sim",
+        "--name",
+        "chatty",
+        "--cwd",
+        str(tmp_path),
+    )
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "fleet_tui", "--home", str(home), "logs", "chatty", "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    assert run.wait(timeout=60) == 0
+    out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    lines = out.splitlines()
+    assert any(" tool_call " in line for line in lines)
+    assert any("finished-here" in line for line in lines)
+    assert " result " in lines[-1] or " verify " in lines[-1], lines[-3:]
