@@ -23,18 +23,22 @@ waits for the process to go idle (up to a second per key under load), which is n
 key waits for.
 
 Usage: python bench/bench_cockpit.py [--agents 32] [--rate 200] [--seconds 60] [--idle-seconds 15]
+       [--max-load-seconds S]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import re
 import sqlite3
 import statistics
 import tempfile
 import time
 import unicodedata
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,8 +200,20 @@ async def measure(app: FleetApp, probe: Probe, name: str, done: Callable[[], boo
     return ph
 
 
-def check_events(home: Path, store_path: Path) -> tuple[int, int, int, int, list[str]]:
-    """(reported by the sims, raw stdout lines, stored, attempts, problems)"""
+@dataclass
+class DiskCheck:
+    reported: int = 0  # "emitted N events" in the final result of tasks that finished done
+    raw: int = 0  # burst lines in every attempt's stdout.jsonl
+    stored: int = 0  # burst events in the store, every attempt
+    attempts: int = 0
+    done: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)  # attempt outcome (+ the shim's stop reason)
+    problems: list[str] = field(default_factory=list)
+
+
+def check_events(home: Path, store_path: Path) -> DiskCheck:
+    """Every event on disk: per attempt, the store against the raw stdout.jsonl; per finished task,
+    the store against the count the sim reports."""
     db = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True)
     stored: dict[tuple[str, int], tuple[int, int]] = {
         (tid, n): (count, distinct)
@@ -206,46 +222,61 @@ def check_events(home: Path, store_path: Path) -> tuple[int, int, int, int, list
             " WHERE kind = 'text' AND text LIKE 'burst event %' GROUP BY task_id, attempt"
         )
     }
-    tasks = list(db.execute("SELECT id, name FROM tasks"))
     db.close()
     store = SqliteStore(str(store_path))
-    reported = raw = total_stored = attempts = 0
-    problems: list[str] = []
+    out = DiskCheck()
     try:
-        for tid, name in tasks:
-            task = store.get_task(tid)
-            if task is None:
-                continue
-            m = re.search(r"emitted (\d+) events", task.result_text or "")
-            if task.status.value != "done" or not m:
-                problems.append(f"{name}: {task.status.value} {task.reason or ''} {task.result_text!r}")
-            for adir in sorted((home / "tasks" / tid / "attempts").glob("*")):
-                attempts += 1
-                n = int(adir.name)
-                lines = 0
-                with open(adir / "stdout.jsonl", "rb") as fh:
-                    lines = sum(1 for line in fh if b'"burst event ' in line)
-                count, distinct = stored.get((tid, n), (0, 0))
-                raw += lines
-                total_stored += count
+        for task in store.list_tasks():
+            for att in store.attempts(task.id):
+                out.attempts += 1
+                stop = ""
+                exit_file = Path(att.dir) / "exit.json"
+                if exit_file.exists():
+                    stop = json.loads(exit_file.read_text()).get("reason") or ""
+                out.outcomes[f"{att.outcome}{' (' + stop + ')' if stop else ''}"] += 1
+                with open(Path(att.dir) / "stdout.jsonl", "rb") as fh:
+                    lines = sum(1 for line in fh if line.endswith(b"\n") and b'"burst event ' in line)
+                count, distinct = stored.get((task.id, att.n), (0, 0))
+                out.raw += lines
+                out.stored += count
                 if count != lines or distinct != count:
-                    problems.append(
-                        f"{name} attempt {n}: {lines} lines on stdout, {count} stored ({distinct} distinct)"
+                    out.problems.append(
+                        f"{task.name} attempt {att.n}: {lines} lines on stdout, "
+                        f"{count} stored ({distinct} distinct)"
                     )
-            if m:
-                reported += int(m.group(1))
+            m = re.search(r"emitted (\d+) events", task.result_text or "")
+            if task.status.value == "done" and m:
+                out.done += 1
+                out.reported += int(m.group(1))
+                count = stored.get((task.id, task.attempt), (0, 0))[0]
+                if count != int(m.group(1)):
+                    out.problems.append(f"{task.name}: the sim reports {m.group(1)} events, {count} stored")
+            else:
+                out.problems.append(f"{task.name}: {task.status.value} {task.reason or ''}")
     finally:
         store.close()
-    return reported, raw, total_stored, attempts, problems
+    return out
+
+
+def kill_leftovers(root: Path) -> int:
+    """Kill processes working inside ``root`` (this run's agents and shims), if any survived."""
+    killed = 0
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info["cwd"] or ""
+        if proc.pid != os.getpid() and (cwd == str(root) or cwd.startswith(str(root) + os.sep)):
+            try:
+                proc.kill()
+                killed += 1
+            except psutil.Error:
+                pass
+    return killed
 
 
 def mib(b: float) -> str:
     return f"{b / 2**20:7.1f} MiB"
 
 
-def report(
-    args: argparse.Namespace, phases: list[Phase], check: tuple[int, int, int, int, list[str]]
-) -> None:
+def report(args: argparse.Namespace, phases: list[Phase], check: DiskCheck) -> None:
     idle, load, after = phases
     print(
         f"\nagents={args.agents} rate={args.rate}/s seconds={args.seconds} "
@@ -297,14 +328,15 @@ def report(
             )
         idle_med = statistics.median(r for _, r in idle.rss) if idle.rss else float("nan")
         print(f"  ratio load peak / idle median: {max(r for _, r in load.rss) / idle_med:.2f}x")
-    reported, raw, stored, attempts, problems = check
     print("\nevents on disk (burst events)")
-    print(f"  reported by the sims (result text)  {reported}")
-    print(f"  lines in stdout.jsonl ({attempts} attempts) {raw}")
-    print(f"  stored in the store                 {stored}")
-    verdict = "every event is on disk" if not problems and reported == raw == stored else "MISMATCH"
-    print(f"  {verdict}")
-    for p in problems[:20]:
+    print(f"  attempts {check.attempts} ({', '.join(f'{k}: {v}' for k, v in check.outcomes.most_common())})")
+    print(f"  tasks done {check.done} of {args.agents}")
+    print(f"  reported by the sims of done tasks (result text)  {check.reported}")
+    print(f"  complete lines in stdout.jsonl, every attempt     {check.raw}")
+    print(f"  stored in the store, every attempt                {check.stored}")
+    ok = not check.problems and check.raw == check.stored
+    print("  every event is on disk" if ok else "  MISMATCH or unfinished tasks:")
+    for p in check.problems[:20]:
         print(f"   - {p}")
 
 
@@ -345,12 +377,23 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
             await engine.resume(None)
             print(f"load: {args.agents} agents x {args.rate} events/s x {args.seconds}s ...", flush=True)
             t0 = time.perf_counter()
-            load = await measure(app, probe, "load", finished, args.seconds)
-            print(f"  all tasks finished {time.perf_counter() - t0:.1f}s after resume", flush=True)
+            cap = t0 + args.max_load_seconds
+            load = await measure(
+                app, probe, "load", lambda: finished() or time.perf_counter() > cap, args.seconds
+            )
+            took = time.perf_counter() - t0
+            if finished():
+                print(f"  all tasks finished {took:.1f}s after resume", flush=True)
+            else:
+                print(
+                    f"  NOT finished after {took:.1f}s (--max-load-seconds): stopping the agents", flush=True
+                )
+                await engine.pause(None)
+                await engine.shutdown(leave_running=False)
             after = await measure(app, probe, "idle after (done rows)", lambda: True, args.idle_seconds)
         finally:
             probe.stop()
-        await engine.shutdown(leave_running=False)
+            await engine.shutdown(leave_running=False)
         app.exit()
     store.close()
     report(args, [idle, load, after], check_events(home, db))
@@ -362,9 +405,21 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=200, help="events per second per agent")
     ap.add_argument("--seconds", type=float, default=60.0, help="how long each agent bursts")
     ap.add_argument("--idle-seconds", type=float, default=15.0, help="length of each idle phase")
+    ap.add_argument(
+        "--max-load-seconds",
+        type=float,
+        default=None,
+        help="give up on the load phase after this long (default: 3x --seconds + 60)",
+    )
     args = ap.parse_args()
+    if args.max_load_seconds is None:
+        args.max_load_seconds = 3 * args.seconds + 60
     with tempfile.TemporaryDirectory(prefix="bench-cockpit-") as d:
-        asyncio.run(bench(args, Path(d)))
+        try:
+            asyncio.run(bench(args, Path(d)))
+        finally:  # an interrupted run must not leave agents behind (their lease files go with d)
+            if n := kill_leftovers(Path(d)):
+                print(f"killed {n} leftover processes of this run")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,12 @@ class Cockpit:
         )
 
     def kill_server(self) -> None:
+        """Kill the server and remove its socket file (tmux leaves it behind in /tmp/tmux-UID)."""
+        found = self.cmd("display-message", "-p", "#{socket_path}", check=False).stdout.strip()
         self.cmd("kill-server", check=False)
+        default = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}" / self.socket
+        path = Path(found) if found.endswith(self.socket) else default
+        path.unlink(missing_ok=True)
 
 
 def clean_env() -> dict[str, str]:
