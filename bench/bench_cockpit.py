@@ -354,7 +354,11 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
         mem_floor_gib=0.1,
         disk_floor_gib=0.1,
     )
-    prompt = f"Emit events for the cockpit benchmark.\n@sim burst={args.rate} seconds={args.seconds}\n"
+    # a huge context window: the burst's growing context must not trigger a context handoff
+    prompt = (
+        "Emit events for the cockpit benchmark.\n"
+        f"@sim window=1000000000 burst={args.rate} seconds={args.seconds}\n"
+    )
     specs = [
         TaskSpec(name=f"burst-{i:02d}", prompt=prompt, cwd=str(work), coder="sim") for i in range(args.agents)
     ]
