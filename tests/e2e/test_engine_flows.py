@@ -309,3 +309,15 @@ def test_logs_follow_streams_until_the_task_finishes(tmp_path: Path) -> None:
     assert any(" tool_call " in line for line in lines)
     assert any("finished-here" in line for line in lines)
     assert " result " in lines[-1] or " verify " in lines[-1], lines[-3:]
+
+
+def test_a_task_that_always_crashes_is_parked_not_looped(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    # the agent kills its own shim: no exit status is ever written (a crash, which uses no retry)
+    fleet(home, "add", "crash", "--name", "crasher", "--cwd", str(tmp_path), "--command", "kill -9 $PPID")
+    run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    assert run.wait(timeout=60) == 0, (tmp_path / "run.log").read_text()
+    st = by_name(home)["crasher"]
+    assert st["status"] == "needs_human", st
+    assert st["reason"].startswith("crashed: 3 attempts in a row"), st["reason"]
+    assert st["attempt"] == 3 and st["retries_used"] == 0

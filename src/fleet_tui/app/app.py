@@ -29,7 +29,7 @@ from fleet_tui.app.format import diffstat, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, QueueTable, focus_now
-from fleet_tui.app.stream import StreamLog
+from fleet_tui.app.stream import FILL_LIMIT, StreamLog
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
 from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
 from fleet_tui.scheduler.states import ACTIVE, TERMINAL, TaskStatus
@@ -318,7 +318,7 @@ class FleetApp(App[None]):
         if task_id is None:
             self.stream.follow(None, None)
         else:
-            self.stream.follow(task_id, lambda: self.engine.events(task_id))
+            self.stream.follow(task_id, lambda: self.engine.events(task_id, None, FILL_LIMIT))
         self._retitle_stream(task_id)
 
     def _retitle_stream(self, task_id: str | None) -> None:

@@ -145,6 +145,7 @@ class Engine(Controller):
             async with anyio.create_task_group() as outer:
                 await self._tick_housekeeping(first=True)
                 outer.start_soon(self._housekeeping_loop)
+                outer.start_soon(self._lease_loop)
                 outer.start_soon(self._command_loop)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg
@@ -187,13 +188,14 @@ class Engine(Controller):
 
     async def _hand_over(self) -> None:
         """Keep the leases of running agents alive long enough for a later engine to adopt them."""
-        until = (
-            self.clock() + getattr(self.cfg, "leave_running_h", 12.0) * 3600 if self._leave_running else None
-        )
+        if not self._leave_running:
+            return
+        hold_s = getattr(self.cfg, "leave_running_h", 12.0) * 3600
         for r in list(self.runners.values()):
-            if until is not None:
-                write_lease(r.dir, until)
-                await anyio.to_thread.run_sync(self.store.extend_lease, r.task.id, self.owner, until)
+            write_lease(r.dir, time.time() + hold_s)  # the shim's clock
+            await anyio.to_thread.run_sync(
+                self.store.extend_lease, r.task.id, self.owner, self.clock() + hold_s
+            )
 
     async def _schedule_loop(self, until_idle: bool) -> None:
         marker: Any = None
@@ -459,8 +461,25 @@ class Engine(Controller):
             await anyio.sleep(1.0)
             await self._tick_housekeeping()
 
+    async def _lease_loop(self) -> None:
+        """Keep the shims' lease files and the store's leases alive, on a wall-clock timer of its
+        own: slow housekeeping (snapshots, memory readings) must never let an agent's lease lapse,
+        or its shim stops it."""
+        while True:
+            await anyio.sleep(max(0.2, min(self.cfg.heartbeat_s, self.cfg.lease_s / 6)))
+            await self._renew_leases()
+
+    async def _renew_leases(self) -> None:
+        # the lease files first (the shims read them against real time), then the store
+        deadline = time.time() + self.cfg.lease_s / 2
+        for r in list(self.runners.values()):
+            try:
+                write_lease(r.dir, deadline)
+            except OSError as e:
+                self.bus.publish([EngineEvent(kind="notice", text=f"cannot renew a lease: {e}")])
+        await anyio.to_thread.run_sync(self.store.heartbeat, self.owner, self.clock(), self.cfg.lease_s)
+
     async def _tick_housekeeping(self, first: bool = False) -> None:
-        now = self.clock()
         self._hk_n = getattr(self, "_hk_n", 0) + 1
         if self._watcher is not None and not first:
             new_cfg, err = await anyio.to_thread.run_sync(self._watcher.poll)
@@ -470,20 +489,19 @@ class Engine(Controller):
                 self.wake()
             elif err:
                 self.bus.publish([EngineEvent(kind="notice", text=f"config not reloaded: {err}")])
-        if first or self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0:
-            owned = await anyio.to_thread.run_sync(self.store.heartbeat, self.owner, now, self.cfg.lease_s)
-            _ = owned
-            for r in list(self.runners.values()):
-                write_lease(r.dir, now + self.cfg.lease_s / 2)
-            if not first:
-                await self._adopt_orphans()
+        if first:
+            await self._renew_leases()
+        elif self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0:
+            await self._adopt_orphans()
         self._headroom = await anyio.to_thread.run_sync(self._read_headroom)
-        for r in list(self.runners.values()):
-            pid = r.runner.shim_pid
-            if pid:
-                m = await anyio.to_thread.run_sync(tree_memory, pid)
-                if m:
-                    r.peak_mem = max(r.peak_mem, m)
+        running = [(r, r.runner.shim_pid) for r in self.runners.values() if r.runner.shim_pid]
+
+        def measure() -> list[int | None]:
+            return [tree_memory(pid) for _, pid in running]
+
+        for (r, _), m in zip(running, await anyio.to_thread.run_sync(measure), strict=True):
+            if m:
+                r.peak_mem = max(r.peak_mem, m)
         await self._refresh_snapshot()
         if self._hk_n % 60 == 0:
             await anyio.to_thread.run_sync(self.store.maintenance)

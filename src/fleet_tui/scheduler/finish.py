@@ -9,6 +9,7 @@ work handed to the worktree after-work; and kill/cancel/retry/pause/resume act o
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,9 @@ from fleet_tui.scheduler.outcome import after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult
 from fleet_tui.scheduler.states import PARKED, TaskStatus
 from fleet_tui.scheduler.verify import run_verifiers
+
+#: consecutive crashed attempts before a task is parked for a person
+CRASH_LIMIT = 3
 
 if TYPE_CHECKING:
     from fleet_tui.scheduler.engine import Engine, Running
@@ -60,6 +64,21 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         except Exception as e:
             engine.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
     v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0))
+    if v.crashed:  # crashes use no retry, so a task that always crashes must not loop forever
+        earlier = await anyio.to_thread.run_sync(engine.store.attempts, task.id)
+        streak = 1
+        for a in reversed([a for a in earlier if a.n < task.attempt]):
+            if a.outcome != "crashed":
+                break
+            streak += 1
+        if streak >= CRASH_LIMIT:
+            v = replace(
+                v,
+                status=TaskStatus.NEEDS_HUMAN,
+                crashed=False,
+                reason=f"crashed: {streak} attempts in a row ended without an exit status "
+                "(supervisor lost, or the agent host died)",
+            )
     att_fields: dict[str, Any] = {
         "ended_at": now,
         "exit_code": res.exit_code,

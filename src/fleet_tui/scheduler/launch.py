@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -260,7 +261,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
             env,
             stdin,
             engine.cfg.kill_grace_s,
-            now + engine.cfg.lease_s / 2,
+            time.time() + engine.cfg.lease_s / 2,  # the shim reads it against real time
             pool=engine.shim_pool,
         )
     except OSError as e:
@@ -313,7 +314,7 @@ async def adopt(engine: Engine, t: Task) -> None:
             from fleet_tui.scheduler.runner import write_lease
 
             if shim_alive:
-                write_lease(adir, now + engine.cfg.lease_s / 2)
+                write_lease(adir, time.time() + engine.cfg.lease_s / 2)
             try:
                 coder = get_coder(new.coder or engine.cfg.default_coder)
             except CoderNotFound:

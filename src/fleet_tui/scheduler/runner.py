@@ -46,7 +46,7 @@ class RunLimits:
     context_share: float | None = 0.85
     budget_usd: float | None = None
     grace_s: float = 5.0
-    tick_s: float = 0.05
+    tick_s: float = 0.1  # 10 Hz: the cockpit repaints at 10-20 Hz; exits wake at once (pidfd)
 
 
 @dataclass(frozen=True)

@@ -294,6 +294,7 @@ class Shim:
             pidfd = None
         status: int | None = None
         last_lease_check = 0.0
+        unreadable = 0
         while status is None:
             if self.stop_requested:
                 break
@@ -318,7 +319,10 @@ class Shim:
             if self.lease_file and now - last_lease_check >= 0.5:
                 last_lease_check = now
                 deadline = read_deadline(self.lease_file)
-                if deadline is not None and now > deadline:
+                # a lease file that stays unreadable (its home was deleted) counts as expired:
+                # nobody can renew it, so nobody supervises this agent
+                unreadable = unreadable + 1 if deadline is None else 0
+                if (deadline is not None and now > deadline) or unreadable >= 6:
                     self.stop_requested = True
                     self.stop_reason = "lease_expired"
         killed = 0
