@@ -34,7 +34,7 @@ SHIM_PATH = str(Path(shimmod.__file__).resolve())
 SHIM_BOOT = (
     f"import sys; sys.path.insert(0, {str(Path(SHIM_PATH).parent)!r}); import shim; sys.exit(shim.main())"
 )
-READ_CHUNK = 1 << 20
+READ_CHUNK = 256 * 1024  # per tick and runner: a backlog is read in slices, yielding between them
 EVENT_TEXT_CAP = 256 * 1024
 
 
@@ -256,6 +256,7 @@ class AttemptRunner:
         self.limits = limits
         self.offset = offset
         self.read_pos = offset
+        self.more = False  # more output is waiting than one slice
         self.popen = popen
         self.shim_pid = shim_pid if shim_pid is not None else (popen.pid if popen else None)
         self.shim_ticks = shim_ticks
@@ -391,19 +392,17 @@ class AttemptRunner:
         return e
 
     def poll_output(self, final: bool = False) -> list[Event]:
-        """Read whatever new output exists (all of it when ``final``)."""
+        """Read the next slice of new output (``self.more`` says whether more is waiting); with
+        ``final`` (the agent has ended) a last line without a newline is flushed once all is read."""
         ts = self.clock()
         events: list[Event] = []
-        while True:
-            chunk = self._read(self.dir / "stdout.jsonl", self.read_pos)
-            if not chunk:
-                break
+        chunk = self._read(self.dir / "stdout.jsonl", self.read_pos)
+        if chunk:
             self.read_pos += len(chunk)
             self.last_output = ts
             events.extend(self._feed(self.splitter.feed(chunk), ts))
-            if len(chunk) < READ_CHUNK:
-                break
-        if final:
+        self.more = len(chunk) == READ_CHUNK
+        if final and not self.more:
             events.extend(self._feed(self.splitter.flush(), ts))
         # the stored offset is the start of the current partial line: a restart re-reads it whole
         self.offset = self.read_pos - self.splitter.pending()
@@ -411,7 +410,9 @@ class AttemptRunner:
         if err:
             self.err_offset += len(err)
             self.last_output = ts
-            lines = self.err_splitter.feed(err) + (self.err_splitter.flush() if final else [])
+            self.more = self.more or len(err) == READ_CHUNK
+            flush = final and len(err) < READ_CHUNK
+            lines = self.err_splitter.feed(err) + (self.err_splitter.flush() if flush else [])
             for item in lines:
                 text = self._decode(item) if isinstance(item, bytes) else f"[stderr line of {item} bytes]"
                 if text.strip():
@@ -485,11 +486,15 @@ class AttemptRunner:
             while True:
                 alive = self.shim_alive()
                 events = self.poll_output(final=not alive)
-                if events or not alive:
+                ended = not alive and not self.more
+                if events or ended:
                     await self.sink(events, self.offset)
-                if not alive:
+                if ended:
                     break
                 self.check_limits(self.clock())
+                if self.more:  # a backlog: the next slice right away, after letting others run
+                    await anyio.sleep(0)
+                    continue
                 if pidfd is not None:
                     with anyio.move_on_after(self.limits.tick_s):
                         await anyio.wait_readable(pidfd)
