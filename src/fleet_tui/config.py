@@ -62,6 +62,8 @@ class Config:
     lease_s: float = 30.0
     heartbeat_s: float = 5.0
     kill_grace_s: float = 5.0
+    agent_nice: int = 5
+    leave_running_h: float = 12.0
     max_line_bytes: int = 64 * MIB
     context_handoff_share: float = 0.85
     max_handoffs: int = 3
@@ -132,6 +134,15 @@ KEYS: dict[str, _Key] = {
     "lease_s": _Key("float", "a claim's lease; another engine may reclaim a task after it expires", above=0),
     "heartbeat_s": _Key("float", "how often an engine renews its leases and host row (< lease_s)", above=0),
     "kill_grace_s": _Key("float", "seconds between SIGTERM and SIGKILL when stopping an agent", low=0),
+    "agent_nice": _Key(
+        "int",
+        "scheduling niceness of agents (0-19): a busy fleet leaves the cockpit responsive",
+        low=0,
+        high=19,
+    ),
+    "leave_running_h": _Key(
+        "float", "hours agents left running on quit may go on without a supervisor adopting them", above=0
+    ),
     "on_quit": _Key(
         "str",
         "closing the cockpit with agents running: ask, leave (keep running, adopt later) or stop",

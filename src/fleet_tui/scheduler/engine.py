@@ -64,6 +64,7 @@ class Running:
         self.coder = coder
         self.done = anyio.Event()
         self.peak_mem = 0
+        self.metrics_at = 0.0
 
 
 class Engine(Controller):
@@ -105,6 +106,10 @@ class Engine(Controller):
         self._started = anyio.Event()
         self.idle_report: list[tuple[str, str]] = []
         self.shim_pool: ShimPool | None = None
+        self._writes: dict[tuple[str, int], tuple[list[Event], int]] = {}
+        self._write_wanted = anyio.Event()
+        self._write_done = anyio.Event()
+        self._write_results: dict[tuple[str, int], bool] = {}
         #: settings given on the command line win over config.toml, also after a hot reload
         self.overrides: dict[str, Any] = {}
 
@@ -146,6 +151,7 @@ class Engine(Controller):
                 await self._tick_housekeeping(first=True)
                 outer.start_soon(self._housekeeping_loop)
                 outer.start_soon(self._lease_loop)
+                outer.start_soon(self._writer_loop)
                 outer.start_soon(self._command_loop)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg
@@ -190,7 +196,7 @@ class Engine(Controller):
         """Keep the leases of running agents alive long enough for a later engine to adopt them."""
         if not self._leave_running:
             return
-        hold_s = getattr(self.cfg, "leave_running_h", 12.0) * 3600
+        hold_s = self.cfg.leave_running_h * 3600
         for r in list(self.runners.values()):
             write_lease(r.dir, time.time() + hold_s)  # the shim's clock
             await anyio.to_thread.run_sync(
@@ -392,9 +398,7 @@ class Engine(Controller):
     async def _sink(self, tid: str, n: int, events: list[Event], offset: int) -> None:
         r = self.runners.get(tid)
         if events or offset:
-            kept = await anyio.to_thread.run_sync(
-                lambda: self.store.append_events(events, offset=(tid, n, offset), owner=self.owner)
-            )
+            kept = await self._write_events(tid, n, events, offset)
             if not kept:  # fenced out: another engine owns this task now; stop our agent
                 if r is not None:
                     r.runner.stop("lease_lost", "another engine owns this task now")
@@ -411,6 +415,9 @@ class Engine(Controller):
                 blocked = rl.resets_at if rl.status == "rejected" and rl.resets_at else None
                 await anyio.to_thread.run_sync(self.store.put_rate_limit, rl, blocked)
         ru = r.runner
+        if time.monotonic() - r.metrics_at < 1.0 and ru.shim_alive():
+            return  # usage figures reach the store (and the cockpit) once a second
+        r.metrics_at = time.monotonic()
         changes: dict[str, Any] = {}
         if ru.tokens != r.task.tokens:
             changes["tokens"] = ru.tokens
@@ -429,6 +436,48 @@ class Engine(Controller):
             else:
                 r.task = new
                 self.publish_task(new)
+
+    async def _write_events(self, tid: str, n: int, events: list[Event], offset: int) -> bool:
+        """Queue an attempt's events for the writer, which commits every attempt's pending events
+        in one transaction (one thread hop and one commit per cycle, however many agents talk);
+        returns once they are on disk, False when the claim was lost (nothing was written)."""
+        key = (tid, n)
+        pending = self._writes.get(key)
+        self._writes[key] = ((pending[0] if pending else []) + events, offset)
+        done = self._write_done
+        self._write_wanted.set()
+        await done.wait()
+        return self._write_results.get(key, True)
+
+    async def _writer_loop(self) -> None:
+        while True:
+            await self._write_wanted.wait()
+            self._write_wanted = anyio.Event()
+            await anyio.sleep(0.02)  # let the other runners of this tick join the transaction
+            batch, self._writes = self._writes, {}
+            done, self._write_done = self._write_done, anyio.Event()
+            keys = list(batch)
+            work = [(batch[k][0], (k[0], k[1], batch[k][1])) for k in keys]
+            try:
+                with anyio.CancelScope(shield=True):
+                    results = await anyio.to_thread.run_sync(self.store.append_events_batch, work, self.owner)
+                self._write_results = dict(zip(keys, results, strict=True))
+            except Exception as e:
+                # a full disk or a locked store: keep the events and try again in a second (the raw
+                # output stays on disk too); the agents go on meanwhile
+                for k in keys:
+                    later = self._writes.get(k)
+                    self._writes[k] = (
+                        batch[k][0] + (later[0] if later else []),
+                        later[1] if later else batch[k][1],
+                    )
+                self._write_results = {}
+                self.bus.publish([EngineEvent(kind="notice", text=f"writing events failed, retrying: {e}")])
+                done.set()
+                await anyio.sleep(1.0)
+                self._write_wanted.set()
+                continue
+            done.set()
 
     async def _supervise(self, r: Running, launch: Launch) -> None:
         task = r.task
@@ -494,7 +543,12 @@ class Engine(Controller):
         elif self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0:
             await self._adopt_orphans()
         self._headroom = await anyio.to_thread.run_sync(self._read_headroom)
-        running = [(r, r.runner.shim_pid) for r in self.runners.values() if r.runner.shim_pid]
+        # agent memory (each tree a walk of /proc): a new agent at once, then every 5 s
+        running = [
+            (r, r.runner.shim_pid)
+            for r in self.runners.values()
+            if r.runner.shim_pid and (not r.peak_mem or self._hk_n % 5 == 0)
+        ]
 
         def measure() -> list[int | None]:
             return [tree_memory(pid) for _, pid in running]

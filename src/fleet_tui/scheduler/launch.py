@@ -263,6 +263,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
             engine.cfg.kill_grace_s,
             time.time() + engine.cfg.lease_s / 2,  # the shim reads it against real time
             pool=engine.shim_pool,
+            nice=engine.cfg.agent_nice,
         )
     except OSError as e:
         raise LaunchError(f"could not start the shim: {e}") from e

@@ -384,22 +384,34 @@ RETURNING id, attempt"""
         if not events and offset is None:
             return True
         with self._tx() as tx:
-            if owner is not None and offset is not None:
-                row = tx.execute(
-                    "SELECT 1 FROM tasks WHERE id = %s AND owner = %s AND attempt = %s FOR SHARE",
-                    (offset[0], owner, offset[1]),
-                ).fetchone()
-                if row is None:
-                    return False  # the claim was lost: a late writer changes nothing
+            return self._append(tx, events, offset, owner)
+
+    def append_events_batch(self, batches: Sequence[tuple[Sequence[Event], tuple[str, int, int]]],
+                            owner: str | None = None) -> list[bool]:
+        """Several attempts' events and offsets in one transaction (each fenced on its own)."""
+        with self._tx() as tx:
+            return [self._append(tx, events, offset, owner) for events, offset in batches]
+
+    @staticmethod
+    def _append(tx: Any, events: Sequence[Event], offset: tuple[str, int, int] | None,
+                owner: str | None) -> bool:
+        if owner is not None and offset is not None:
+            row = tx.execute(
+                "SELECT 1 FROM tasks WHERE id = %s AND owner = %s AND attempt = %s FOR SHARE",
+                (offset[0], owner, offset[1]),
+            ).fetchone()
+            if row is None:
+                return False  # the claim was lost: a late writer changes nothing
+        if events:
             tx.executemany(
                 "INSERT INTO events(task_id, attempt, seq, ts, kind, text, payload)"
                 " VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
                 [(e.task_id, e.attempt, e.seq, e.ts, e.kind, e.text, event_payload(e)) for e in events])
-            if offset is not None:
-                tid, n, off = offset
-                nxt = max((e.seq for e in events), default=-1) + 1
-                tx.execute("UPDATE attempts SET stdout_offset = %s, next_seq = GREATEST(next_seq, %s)"
-                           " WHERE task_id = %s AND n = %s", (off, nxt, tid, n))
+        if offset is not None:
+            tid, n, off = offset
+            nxt = max((e.seq for e in events), default=-1) + 1
+            tx.execute("UPDATE attempts SET stdout_offset = %s, next_seq = GREATEST(next_seq, %s)"
+                       " WHERE task_id = %s AND n = %s", (off, nxt, tid, n))
         return True
 
     @staticmethod

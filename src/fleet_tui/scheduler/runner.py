@@ -62,7 +62,7 @@ class AttemptResult:
 
 
 def shim_args(
-    attempt_dir: Path, workdir: Path, argv: list[str], stdin_file: Path | None, grace_s: float
+    attempt_dir: Path, workdir: Path, argv: list[str], stdin_file: Path | None, grace_s: float, nice: int = 0
 ) -> list[str]:
     args = [
         "--dir",
@@ -76,6 +76,8 @@ def shim_args(
     ]
     if stdin_file is not None:
         args += ["--stdin-file", str(stdin_file)]
+    if nice > 0:
+        args += ["--nice", str(nice)]
     return [*args, "--", *argv]
 
 
@@ -131,6 +133,7 @@ def spawn_shim(
     grace_s: float,
     lease_deadline: float,
     pool: ShimPool | None = None,
+    nice: int = 0,
 ) -> subprocess.Popen[bytes]:
     """Start the shim for an attempt in its own session (from the pool when one is warm); it
     survives this process."""
@@ -140,7 +143,7 @@ def spawn_shim(
         stdin_file = attempt_dir / "stdin.txt"
         stdin_file.write_bytes(stdin_bytes)
     write_lease(attempt_dir, lease_deadline)
-    args = shim_args(attempt_dir, workdir, argv, stdin_file, grace_s)
+    args = shim_args(attempt_dir, workdir, argv, stdin_file, grace_s, nice)
     warm = pool.take() if pool is not None else None
     if warm is not None and warm.stdin is not None:
         try:

@@ -162,6 +162,7 @@ class Shim:
         self.env: dict[str, str] = args.env if args.env is not None else dict(os.environ)
         self.cwd: str = args.cwd
         self.stdin_file: str | None = args.stdin_file
+        self.nice: int = args.nice
         self.stop_requested = False
         self.stop_reason = "exited"
         self.pid = os.getpid()
@@ -255,6 +256,8 @@ class Shim:
             # posix_spawn (vfork+exec) is several times faster than fork+exec from Python; the
             # agent gets its own session, default signal handlers and the shim's cwd.
             os.chdir(self.cwd)
+            if self.nice > 0:  # the agent inherits it; the shim only waits
+                os.nice(self.nice)
             pid = os.posix_spawnp(
                 self.argv[0],
                 self.argv,
@@ -366,6 +369,7 @@ class Args:
         self.grace = 5.0
         self.lease_file: str | None = None
         self.stdin_file: str | None = None
+        self.nice = 0
         self.argv: list[str] = []
         self.env: dict[str, str] | None = None
         i = 0
@@ -387,6 +391,8 @@ class Args:
                 self.lease_file = v
             elif a == "--stdin-file":
                 self.stdin_file = v
+            elif a == "--nice":
+                self.nice = int(v)
             else:
                 raise SystemExit(f"fleet-tui shim: unknown option {a}")
             i += 2

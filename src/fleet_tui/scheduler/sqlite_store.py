@@ -418,27 +418,43 @@ RETURNING *"""
         self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None, owner: str | None = None
     ) -> bool:
         with self._tx() as db:
-            if owner is not None and offset is not None:
-                row = db.execute(
-                    "SELECT 1 FROM tasks WHERE id = ? AND owner = ? AND attempt = ?",
-                    (offset[0], owner, offset[1]),
-                ).fetchone()
-                if row is None:
-                    return False  # the claim was lost: a late writer changes nothing
-            db.executemany(
-                "INSERT OR IGNORE INTO events(task_id, attempt, seq, ts, kind, text, payload)"
-                " VALUES (?,?,?,?,?,?,?)",
-                [(e.task_id, e.attempt, e.seq, e.ts, e.kind, e.text, event_payload(e)) for e in events],
+            return self._append(db, events, offset, owner)
+
+    def append_events_batch(
+        self, batches: Sequence[tuple[Sequence[Event], tuple[str, int, int]]], owner: str | None = None
+    ) -> list[bool]:
+        """Several attempts' events and offsets in one transaction (each fenced on its own)."""
+        with self._tx() as db:
+            return [self._append(db, events, offset, owner) for events, offset in batches]
+
+    def _append(
+        self,
+        db: sqlite3.Connection,
+        events: Sequence[Event],
+        offset: tuple[str, int, int] | None,
+        owner: str | None,
+    ) -> bool:
+        if owner is not None and offset is not None:
+            row = db.execute(
+                "SELECT 1 FROM tasks WHERE id = ? AND owner = ? AND attempt = ?",
+                (offset[0], owner, offset[1]),
+            ).fetchone()
+            if row is None:
+                return False  # the claim was lost: a late writer changes nothing
+        db.executemany(
+            "INSERT OR IGNORE INTO events(task_id, attempt, seq, ts, kind, text, payload)"
+            " VALUES (?,?,?,?,?,?,?)",
+            [(e.task_id, e.attempt, e.seq, e.ts, e.kind, e.text, event_payload(e)) for e in events],
+        )
+        if offset is not None:
+            tid, n, off = offset
+            nxt = max((e.seq for e in events), default=-1) + 1
+            db.execute(
+                "UPDATE attempts SET stdout_offset = ?, next_seq = MAX(next_seq, ?)"
+                " WHERE task_id = ? AND n = ?",
+                (off, nxt, tid, n),
             )
-            if offset is not None:
-                tid, n, off = offset
-                nxt = max((e.seq for e in events), default=-1) + 1
-                db.execute(
-                    "UPDATE attempts SET stdout_offset = ?, next_seq = MAX(next_seq, ?)"
-                    " WHERE task_id = ? AND n = ?",
-                    (off, nxt, tid, n),
-                )
-            return True
+        return True
 
     def events(
         self,

@@ -255,11 +255,18 @@ class Store(Protocol):
     def attempts(self, task_id: str) -> list[Attempt]: ...
 
     # -- events ------------------------------------------------------------------------------
-    def append_events(self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None,
-                      owner: str | None = None) -> bool:
+    def append_events(
+        self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None, owner: str | None = None
+    ) -> bool:
         """Insert events (idempotent on task_id/attempt/seq). With ``offset`` = (task_id, n,
         stdout_offset) the attempt's read offset and next_seq move in the same transaction. With
         ``owner`` nothing is written (False) unless that engine still holds attempt n's claim."""
+        ...
+
+    def append_events_batch(
+        self, batches: Sequence[tuple[Sequence[Event], tuple[str, int, int]]], owner: str | None = None
+    ) -> list[bool]:
+        """``append_events`` for several attempts in one transaction; one verdict per batch."""
         ...
 
     def events(
