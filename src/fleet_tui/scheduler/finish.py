@@ -212,36 +212,31 @@ async def local_command(engine: Engine, verb: str, tid: str) -> CommandResult:
     if verb == "pause":
         if not r.runner.signal_agent(signal.SIGSTOP):
             return CommandResult(False, f"{name}: its agent is not running")
-        new = await anyio.to_thread.run_sync(
-            lambda: engine.store.transition(
-                tid,
-                TaskStatus.PAUSED,
-                reason="paused by user",
-                now=engine.clock(),
-                owner=engine.owner,
-                attempt=r.task.attempt,
-                paused_running=1,
-            )
+        return await _move_live(
+            engine, r, TaskStatus.PAUSED, "paused by user", 1, f"{name}: paused (agent stopped with SIGSTOP)"
         )
-        if new:
-            r.task = new
-        engine.publish_task(new)
-        return CommandResult(new is not None, f"{name}: paused (agent stopped with SIGSTOP)", new)
     if verb == "resume":
         r.runner.signal_agent(signal.SIGCONT)
-        new = await anyio.to_thread.run_sync(
-            lambda: engine.store.transition(
-                tid,
-                TaskStatus.RUNNING,
-                reason="resumed by user",
-                now=engine.clock(),
-                owner=engine.owner,
-                attempt=r.task.attempt,
-                paused_running=0,
-            )
-        )
-        if new:
-            r.task = new
-        engine.publish_task(new)
-        return CommandResult(new is not None, f"{name}: resumed", new)
+        return await _move_live(engine, r, TaskStatus.RUNNING, "resumed by user", 0, f"{name}: resumed")
     return CommandResult(False, f"unknown command {verb!r}")
+
+
+async def _move_live(
+    engine: Engine, r: Running, dst: TaskStatus, reason: str, paused_running: int, message: str
+) -> CommandResult:
+    """The fenced transition of a task whose agent this engine holds (pause/resume)."""
+    new = await anyio.to_thread.run_sync(
+        lambda: engine.store.transition(
+            r.task.id,
+            dst,
+            reason=reason,
+            now=engine.clock(),
+            owner=engine.owner,
+            attempt=r.task.attempt,
+            paused_running=paused_running,
+        )
+    )
+    if new:
+        r.task = new
+    engine.publish_task(new)
+    return CommandResult(new is not None, message, new)
