@@ -19,7 +19,7 @@ from fleet_tui.scheduler.model import Event
 
 FLUSH_HZ = 15
 MAX_LINES = 2000
-FILL_LIMIT = 500
+FILL_LIMIT = 200  # a screenful or four; the detail screen and `fleet-tui logs` have the rest
 
 
 class StreamLog(RichLog):
