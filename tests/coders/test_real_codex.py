@@ -9,37 +9,27 @@ how to install it, except under CI (``CI=true``) where a missing program is a fa
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from tests.fakeapi import HttpError, Request, Text, ToolCall, require_program, run_attempt
+from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
 
+from fleet_tui.coders.base import AttemptContext
+from fleet_tui.coders.codex import CodexCoder
+from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.states import TaskStatus
+
+#: the repository (the stub MCP server is run from it as tests.fakeapi.ask_human_stub)
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # tests/ is not a package on pytest's path; fakeapi lives there
-    sys.path.insert(0, str(ROOT))
-
-from tests.fakeapi import HttpError, Request, Text, ToolCall, run_attempt  # noqa: E402
-from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses  # noqa: E402
-
-from fleet_tui.coders.base import AttemptContext  # noqa: E402
-from fleet_tui.coders.codex import CodexCoder  # noqa: E402
-from fleet_tui.scheduler.model import Task, TaskSpec  # noqa: E402
-from fleet_tui.scheduler.states import TaskStatus  # noqa: E402
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
 def codex_program() -> str:
-    path = shutil.which("codex")
-    if path is None:
-        msg = f"'codex' not found on PATH; install it: {CodexCoder.install_hint}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
+    return require_program("codex")
 
 
 def make_ctx(tmp_path: Path, base_url: str, retries: int | None = None) -> AttemptContext:

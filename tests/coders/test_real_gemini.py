@@ -10,24 +10,17 @@ missing program is a failure.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from tests.fakeapi import AttemptRun, HttpError, Request, Text, ToolCall, Turn, require_program, run_attempt
+from tests.fakeapi.gemini import function_responses, gemini_tool_names, serve_gemini
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # tests/ is not a package on pytest's path; fakeapi lives there
-    sys.path.insert(0, str(ROOT))
-
-from tests.fakeapi import AttemptRun, HttpError, Request, Text, ToolCall, Turn, run_attempt  # noqa: E402
-from tests.fakeapi.gemini import function_responses, gemini_tool_names, serve_gemini  # noqa: E402
-
-from fleet_tui.coders.base import AttemptContext  # noqa: E402
-from fleet_tui.coders.gemini import GeminiCoder  # noqa: E402
-from fleet_tui.scheduler.model import Task, TaskSpec  # noqa: E402
-from fleet_tui.scheduler.states import TaskStatus  # noqa: E402
+from fleet_tui.coders.base import AttemptContext
+from fleet_tui.coders.gemini import GeminiCoder
+from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.states import TaskStatus
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
 
@@ -53,13 +46,7 @@ server.run("stdio")
 
 @pytest.fixture(scope="module")
 def gemini_program() -> str:
-    path = shutil.which("gemini")
-    if path is None:
-        msg = f"'gemini' not found on PATH; install it: {GeminiCoder.install_hint}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
+    return require_program("gemini")
 
 
 def make_ctx(tmp_path: Path, **kw: object) -> AttemptContext:

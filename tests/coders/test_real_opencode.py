@@ -11,24 +11,17 @@ needed. When ``opencode`` is missing the tests skip, saying how to install it, e
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from tests.fakeapi import AttemptRun, HttpError, Request, Text, ToolCall, require_program, run_attempt
+from tests.fakeapi.anthropic import serve_anthropic, tool_results
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # tests/ is not a package on pytest's path; fakeapi lives there
-    sys.path.insert(0, str(ROOT))
-
-from tests.fakeapi import AttemptRun, HttpError, Request, Text, ToolCall, run_attempt  # noqa: E402
-from tests.fakeapi.anthropic import serve_anthropic, tool_results  # noqa: E402
-
-from fleet_tui.coders.base import AttemptContext  # noqa: E402
-from fleet_tui.coders.opencode import BASE_URL_ENV, OpenCodeCoder  # noqa: E402
-from fleet_tui.scheduler.model import Task, TaskSpec  # noqa: E402
-from fleet_tui.scheduler.states import TaskStatus  # noqa: E402
+from fleet_tui.coders.base import AttemptContext
+from fleet_tui.coders.opencode import BASE_URL_ENV, OpenCodeCoder
+from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.states import TaskStatus
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
 
@@ -54,13 +47,7 @@ server.run("stdio")
 
 @pytest.fixture(scope="module")
 def opencode_program() -> str:
-    path = shutil.which("opencode")
-    if path is None:
-        msg = f"'opencode' not found on PATH; install it: {OpenCodeCoder.install_hint}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
+    return require_program("opencode")
 
 
 def make_ctx(tmp_path: Path, **kw: object) -> AttemptContext:

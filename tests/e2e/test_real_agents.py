@@ -14,8 +14,6 @@ is a failure.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fakeapi import HttpError, Request, Text, ToolCall, Turn
+from tests.fakeapi import HttpError, Request, Text, ToolCall, Turn, require_program
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
 from tests.fakeapi.gemini import function_responses, serve_gemini
 from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
 
-from fleet_tui.coders.base import get_coder
 from fleet_tui.scheduler.store import open_store
 from helpers import by_name, fleet, fleet_bg, fleet_env, wait_for
 
@@ -41,35 +38,24 @@ ASK_ANSWER = "Use PostgreSQL 16."
 Steps = list[Turn | tuple[Turn, int | None]]
 
 
-def need(program: str) -> str:
-    """The program's path; skip (fail under CI=true) with the coder's install hint when missing."""
-    path = shutil.which(program)
-    if path is None:
-        msg = f"'{program}' not found on PATH; install it: {get_coder(program).install_hint}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
-
-
 @pytest.fixture
 def claude_program() -> str:
-    return need("claude")
+    return require_program("claude")
 
 
 @pytest.fixture
 def codex_program() -> str:
-    return need("codex")
+    return require_program("codex")
 
 
 @pytest.fixture
 def opencode_program() -> str:
-    return need("opencode")
+    return require_program("opencode")
 
 
 @pytest.fixture
 def gemini_program() -> str:
-    return need("gemini")
+    return require_program("gemini")
 
 
 class Fleet:
@@ -256,7 +242,7 @@ def test_claude_429_then_success(claude_program: str, fl: Fleet) -> None:
 @pytest.fixture(scope="module")
 def claude_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
     """One run against a 429 that never ends; Claude Code gives up after CLAUDE_CODE_MAX_RETRIES."""
-    need("claude")
+    require_program("claude")
     fl = Fleet(tmp_path_factory.mktemp("claude-limited"))
     script: Steps = [(HttpError(429, "per-minute rate limit (fake)", retry_after=0), None)]
     with serve_anthropic(script) as (url, rec):
@@ -383,7 +369,7 @@ def test_codex_429_then_success(codex_program: str, fl: Fleet) -> None:
 def codex_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
     """One run against a 429 that never ends; FLEET_CODEX_MAX_RETRIES=1 sets the provider's
     request_max_retries and stream_max_retries in the run's CODEX_HOME."""
-    need("codex")
+    require_program("codex")
     fl = Fleet(tmp_path_factory.mktemp("codex-limited"))
     script: Steps = [(HttpError(429, "per-minute rate limit (fake)", retry_after=1), None)]
     with serve_openai_responses(script) as (url, rec):

@@ -362,3 +362,21 @@ def run_attempt(coder: Any, ctx: Any, env: dict[str, str] | None = None, timeout
     outcome = norm.outcome(code)
     events += norm.poll(float(len(events)))
     return AttemptRun(code, text, err.decode("utf-8", "replace"), events, outcome, timed_out)
+
+
+def require_program(program: str) -> str:
+    """A real agent CLI's path; skip (fail when CI=true) with the coder's install hint if missing."""
+    import os
+    import shutil
+
+    import pytest
+
+    from fleet_tui.coders.base import get_coder
+
+    path = shutil.which(program)
+    if path is None:
+        msg = f"'{program}' not found on PATH; install it: {get_coder(program).install_hint}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
