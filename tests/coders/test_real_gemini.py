@@ -14,7 +14,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.fakeapi import AttemptRun, HttpError, Request, Text, ToolCall, Turn, require_program, run_attempt
+from tests.fakeapi import (
+    ECHO_MCP,
+    AttemptRun,
+    HttpError,
+    Request,
+    Text,
+    ToolCall,
+    Turn,
+    require_program,
+    run_attempt,
+)
 from tests.fakeapi.gemini import function_responses, gemini_tool_names, serve_gemini
 
 from fleet_tui.coders.base import AttemptContext
@@ -25,23 +35,6 @@ from fleet_tui.scheduler.states import TaskStatus
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
 
 MODEL = "gemini-2.5-flash"  # a fixed model: no "auto" router call in the recorded requests
-
-#: A stand-in for fleet-tui's ask_human server, registered under the same name: it answers with
-#: an environment variable, which proves the per-run settings passed ``mcp_env`` through.
-ECHO_MCP = """
-import os
-from mcp.server.mcpserver import MCPServer
-
-server = MCPServer("ask_human")
-
-
-@server.tool(name="ask_human", description="Ask the human supervising this run a question.")
-def ask_human(question: str) -> str:
-    return "answer: " + os.environ.get("FAKE_ANSWER", "<no env>") + " to " + question
-
-
-server.run("stdio")
-"""
 
 
 @pytest.fixture(scope="module")

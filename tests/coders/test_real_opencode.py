@@ -15,7 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.fakeapi import AttemptRun, HttpError, Request, Text, ToolCall, require_program, run_attempt
+from tests.fakeapi import (
+    ECHO_MCP,
+    AttemptRun,
+    HttpError,
+    Request,
+    Text,
+    ToolCall,
+    require_program,
+    run_attempt,
+)
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
 
 from fleet_tui.coders.base import AttemptContext
@@ -26,23 +35,6 @@ from fleet_tui.scheduler.states import TaskStatus
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(240)]
 
 MODEL = "anthropic/claude-sonnet-4-5"
-
-#: A stand-in for fleet-tui's ask_human server, registered under the same name: it answers with
-#: an environment variable, which proves the per-run config passed ``mcp_env`` through.
-ECHO_MCP = """
-import os
-from mcp.server.mcpserver import MCPServer
-
-server = MCPServer("ask_human")
-
-
-@server.tool(name="ask_human", description="Ask the human supervising this run a question.")
-def ask_human(question: str) -> str:
-    return "answer: " + os.environ.get("FAKE_ANSWER", "<no env>") + " to " + question
-
-
-server.run("stdio")
-"""
 
 
 @pytest.fixture(scope="module")

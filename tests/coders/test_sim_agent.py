@@ -37,8 +37,9 @@ def sim_env(**extra: str) -> dict[str, str]:
 
 
 def run_sim(prompt: str, cwd: Path, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(AGENT, input=prompt.encode(), cwd=cwd, capture_output=True, timeout=timeout,
-                          env=sim_env(**env))
+    return subprocess.run(
+        AGENT, input=prompt.encode(), cwd=cwd, capture_output=True, timeout=timeout, env=sim_env(**env)
+    )
 
 
 def parsed(out: bytes) -> list[dict[str, Any]]:
@@ -94,8 +95,14 @@ def proc_factory(tmp_path: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(prompt: str) -> subprocess.Popen[bytes]:
-        p = subprocess.Popen(AGENT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             cwd=tmp_path, env=sim_env())
+        p = subprocess.Popen(
+            AGENT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=tmp_path,
+            env=sim_env(),
+        )
         assert p.stdin is not None
         p.stdin.write(prompt.encode())
         p.stdin.close()
@@ -111,6 +118,7 @@ def proc_factory(tmp_path: Path) -> Iterator[Any]:
 
 # -- the shape of the stream ------------------------------------------------------------------
 
+
 def fixture_keys() -> dict[tuple[str, str | None], tuple[set[str], set[str]]]:
     """(type, subtype) -> (keys every fixture line has, keys some fixture line has)."""
     out: dict[tuple[str, str | None], tuple[set[str], set[str]]] = {}
@@ -118,8 +126,10 @@ def fixture_keys() -> dict[tuple[str, str | None], tuple[set[str], set[str]]]:
         for raw in f.read_text(encoding="utf-8").splitlines():
             obj = json.loads(raw)
             sub = obj.get("subtype") if obj["type"] == "system" else None
-            for key, keys in [((obj["type"], sub), set(obj)),
-                              ((obj["type"] + ".message", None), set(obj.get("message") or {}))]:
+            for key, keys in [
+                ((obj["type"], sub), set(obj)),
+                ((obj["type"] + ".message", None), set(obj.get("message") or {})),
+            ]:
                 if key[0].endswith(".message") and "message" not in obj:
                     continue
                 if key in out:
@@ -129,11 +139,18 @@ def fixture_keys() -> dict[tuple[str, str | None], tuple[set[str], set[str]]]:
     return out
 
 
-@pytest.mark.skipif(not STREAMS.is_dir(), reason=f"fixtures not found at {STREAMS}")
 def test_every_line_has_the_keys_of_the_fixture_lines_of_its_type(tmp_path: Path) -> None:
-    prompt = "\n".join([
-        "Do the work.", "@sim steps=3 pace=0", "@sim write=a.txt text=one", "@sim ask=Which? options=A,B",
-        "@sim api-retry=2 rate-warning=0.9", "@sim say=thinking", "@sim rate-limit=60 retries=1"])
+    prompt = "\n".join(
+        [
+            "Do the work.",
+            "@sim steps=3 pace=0",
+            "@sim write=a.txt text=one",
+            "@sim ask=Which? options=A,B",
+            "@sim api-retry=2 rate-warning=0.9",
+            "@sim say=thinking",
+            "@sim rate-limit=60 retries=1",
+        ]
+    )
     res = run_sim(prompt, tmp_path)
     objs = parsed(res.stdout)
     known = fixture_keys()
@@ -150,8 +167,14 @@ def test_every_line_has_the_keys_of_the_fixture_lines_of_its_type(tmp_path: Path
             assert required <= keys, (key, required - keys)
             assert keys <= allowed | extra_ok.get(key[0], set()), (key, keys - allowed)
             seen.add(key)
-    assert {("system", "init"), ("assistant", None), ("user", None), ("system", "api_retry"),
-            ("rate_limit_event", None), ("result", None)} <= seen
+    assert {
+        ("system", "init"),
+        ("assistant", None),
+        ("user", None),
+        ("system", "api_retry"),
+        ("rate_limit_event", None),
+        ("result", None),
+    } <= seen
 
 
 def test_no_directive_means_three_steps_and_success(tmp_path: Path) -> None:
@@ -188,8 +211,10 @@ def test_context_climbs_toward_the_target(tmp_path: Path) -> None:
     seen: dict[str, int] = {}
     for o in of_type(objs, "assistant"):
         u = o["message"]["usage"]
-        seen.setdefault(o["message"]["id"],
-                        u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"])
+        seen.setdefault(
+            o["message"]["id"],
+            u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"],
+        )
     ctx = list(seen.values())
     assert ctx == sorted(ctx) and len(set(ctx)) == len(ctx)
     assert ctx[-1] == 190000 and ctx[0] < 20000
@@ -206,14 +231,18 @@ def test_cost_and_model(tmp_path: Path) -> None:
 
 # -- files ----------------------------------------------------------------------------------------
 
+
 def test_write_append_edit_change_real_files(tmp_path: Path) -> None:
-    prompt = "\n".join([
-        '@sim write=sub/notes.md text="# Notes\\nhello world\\n"',
-        '@sim append=sub/notes.md text="more\\n"',
-        "@sim edit=sub/notes.md old=world new=fleet",
-        "@sim edit=sub/notes.md old=absent new=x",
-        "@sim write=../escape.txt text=no",
-        "@sim pace=0"])
+    prompt = "\n".join(
+        [
+            '@sim write=sub/notes.md text="# Notes\\nhello world\\n"',
+            '@sim append=sub/notes.md text="more\\n"',
+            "@sim edit=sub/notes.md old=world new=fleet",
+            "@sim edit=sub/notes.md old=absent new=x",
+            "@sim write=../escape.txt text=no",
+            "@sim pace=0",
+        ]
+    )
     res = run_sim(prompt, tmp_path)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "sub" / "notes.md").read_text() == "# Notes\nhello fleet\nmore\n"
@@ -258,6 +287,7 @@ def test_fail_until_attempt(tmp_path: Path) -> None:
 
 
 # -- endings ------------------------------------------------------------------------------------
+
 
 def test_fail_is_an_error_result_and_exit_1(tmp_path: Path) -> None:
     res = run_sim('@sim steps=1 pace=0\n@sim fail="tests are red"\n@sim write=never.txt', tmp_path)
@@ -306,7 +336,9 @@ def test_api_retry_then_ok(tmp_path: Path) -> None:
     assert res.returncode == 0
     objs = parsed(res.stdout)
     assert [(r["error_status"], r["error"]) for r in of_type(objs, "system", "api_retry")] == [
-        (529, "overloaded"), (529, "overloaded")]
+        (529, "overloaded"),
+        (529, "overloaded"),
+    ]
     assert final(objs)["is_error"] is False
 
 
@@ -317,6 +349,7 @@ def test_rate_warning(tmp_path: Path) -> None:
 
 
 # -- hostile output -------------------------------------------------------------------------------
+
 
 def test_garbage_invalid_utf8_huge_line_and_no_final_newline(tmp_path: Path) -> None:
     size = 3 * 1024 * 1024
@@ -373,6 +406,7 @@ def test_sleep(tmp_path: Path) -> None:
 
 # -- processes -----------------------------------------------------------------------------------
 
+
 def test_sigterm_is_ignored_when_asked(proc_factory: Any, tmp_path: Path) -> None:
     proc = proc_factory("@sim ignore-sigterm\n@sim wait-file=go")
     lines = Lines(proc)
@@ -421,12 +455,25 @@ def test_escaped_grandchild_lives_in_its_own_session(tmp_path: Path) -> None:
 
 # -- prompt sources, parsing, imports ----------------------------------------------------------------
 
+
 def test_prompt_from_env_and_argv(tmp_path: Path) -> None:
-    env_run = subprocess.run(AGENT, cwd=tmp_path, capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
-                             env=sim_env(FLEET_PROMPT="@sim steps=2 pace=0"))
+    env_run = subprocess.run(
+        AGENT,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env=sim_env(FLEET_PROMPT="@sim steps=2 pace=0"),
+    )
     assert "took 2 steps" in final(parsed(env_run.stdout))["result"]
-    argv_run = subprocess.run([*AGENT, "@sim steps=1 pace=0"], cwd=tmp_path, capture_output=True, timeout=30,
-                              stdin=subprocess.DEVNULL, env=sim_env())
+    argv_run = subprocess.run(
+        [*AGENT, "@sim steps=1 pace=0"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env=sim_env(),
+    )
     assert "took 1 steps" in final(parsed(argv_run.stdout))["result"]
 
 
@@ -442,15 +489,17 @@ def test_parse() -> None:
 
 
 def test_startup_imports_nothing_heavy() -> None:
-    code = ("import sys, fleet_tui.coders.sim_agent; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'textual','rich','anyio','mcp'}))")
+    code = (
+        "import sys, fleet_tui.coders.sim_agent; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'textual','rich','anyio','mcp'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "[]", out.stderr
 
 
 # -- ask_human through MCP -----------------------------------------------------------------------
 
-ASK_SERVER = '''
+ASK_SERVER = """
 from mcp.server.mcpserver import MCPServer
 
 app = MCPServer("ask_human")
@@ -463,7 +512,7 @@ def ask_human(question: str, options: list[str] | None = None) -> str:
 
 if __name__ == "__main__":
     app.run()
-'''
+"""
 
 
 def test_ask_without_mcp_is_a_tool_error_and_the_run_goes_on(tmp_path: Path) -> None:
@@ -482,8 +531,11 @@ def test_ask_calls_the_mcp_server_and_returns_its_answer(tmp_path: Path) -> None
     pytest.importorskip("mcp.server.mcpserver")
     server = tmp_path / "ask_server.py"
     server.write_text(ASK_SERVER)
-    res = run_sim('@sim ask="Which license?" options=MIT,Apache', tmp_path,
-                  FLEET_MCP_COMMAND=json.dumps([sys.executable, str(server)]))
+    res = run_sim(
+        '@sim ask="Which license?" options=MIT,Apache',
+        tmp_path,
+        FLEET_MCP_COMMAND=json.dumps([sys.executable, str(server)]),
+    )
     assert res.returncode == 0, res.stderr
     objs = parsed(res.stdout)
     assert "mcp__ask_human__ask_human" in objs[0]["tools"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -28,9 +27,6 @@ def test_example_tasks_validate() -> None:
     assert all(s.cwd == str(EXAMPLE.parent) for s in res.specs)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("fleet_tui.coders.sim_agent") is None, reason="sim agent not there yet"
-)
 def test_example_prompts_use_known_sim_directives() -> None:
     from fleet_tui.coders import sim_agent
 
@@ -40,9 +36,6 @@ def test_example_prompts_use_known_sim_directives() -> None:
         assert plan.actions, spec.name
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("fleet_tui.coders.sim_agent") is None, reason="sim agent not there yet"
-)
 def test_example_runs_under_the_sim_agent_and_its_verifiers_pass(tmp_path: Path) -> None:
     """Without the engine: run each prompt through the sim agent in dependency order, then check
     the verifiers by hand, so the example stays runnable when the directives change."""

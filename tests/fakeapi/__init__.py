@@ -380,3 +380,22 @@ def require_program(program: str) -> str:
             pytest.fail(msg)
         pytest.skip(msg)
     return path
+
+
+#: A stand-in for fleet-tui's ask_human server, registered under the same name: it answers with
+#: an environment variable, which proves the per-run config passed ``mcp_env`` through. Tests
+#: write it to a file and register ``python FILE`` as the MCP command.
+ECHO_MCP = """
+import os
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("ask_human")
+
+
+@server.tool(name="ask_human", description="Ask the human supervising this run a question.")
+def ask_human(question: str) -> str:
+    return "answer: " + os.environ.get("FAKE_ANSWER", "<no env>") + " to " + question
+
+
+server.run("stdio")
+"""
