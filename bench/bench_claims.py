@@ -123,8 +123,9 @@ def bench_pg(url: str, tasks: int, procs: int) -> tuple[float, float] | None:
         store.close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f'CREATE TABLE "{schema}".raw (id INTEGER PRIMARY KEY, n BIGINT NOT NULL)')
-            conn.execute(f'INSERT INTO "{schema}".raw SELECT g, 0 FROM generate_series(1, %s) g',
-                         (procs * 100,))
+            conn.execute(
+                f'INSERT INTO "{schema}".raw SELECT g, 0 FROM generate_series(1, %s) g', (procs * 100,)
+            )
         target = f"{url}|{schema}"
         claims = _race(_claims, "pg", target, procs, 0)
         raw = _race(_raw, "pg", target, procs, tasks // procs)

@@ -3,7 +3,8 @@ p50 and p99, beside the startup time of a bare Python interpreter measured in th
 
 The agent is a shell command that records the time it started; a running `fleet-tui run` engine
 picks each task up. "Returned" is the moment `add` prints the new id (the task is committed then;
-the process still has its interpreter teardown ahead, during which the agent may already run). Goal: p50 under 3x the bare interpreter's startup.
+the process still has its interpreter teardown ahead, during which the agent may already run).
+Goal: p50 under 3x the bare interpreter's startup.
 Usage: python bench/bench_latency.py [N]
 """
 
@@ -22,7 +23,7 @@ FLEET = [sys.executable, "-m", "fleet_tui"]
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def main() -> None:
@@ -47,7 +48,10 @@ def main() -> None:
                 cmd = f"date +%s.%N > {mark}"
                 add = subprocess.Popen(
                     [*FLEET, "add", "x", "--name", f"l{i}", "--command", cmd, "--cwd", str(tmp)],
-                    env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
                 assert add.stdout is not None
                 add.stdout.readline()  # the id is printed once the task is committed: add "returned"
                 returned = time.time()
@@ -61,7 +65,8 @@ def main() -> None:
             eng.wait(timeout=30)
     b50 = statistics.median(bare)
     print(f"bare python startup   p50 {b50 * 1000:7.1f} ms")
-    print(f"add -> agent started  p50 {pct(lat, 50) * 1000:7.1f} ms   p99 {pct(lat, 99) * 1000:7.1f} ms  (n={n})")
+    p50, p99 = pct(lat, 50) * 1000, pct(lat, 99) * 1000
+    print(f"add -> agent started  p50 {p50:7.1f} ms   p99 {p99:7.1f} ms  (n={n})")
     print(f"ratio p50/bare (goal < 3): {pct(lat, 50) / b50:.1f}")
 
 

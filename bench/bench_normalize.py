@@ -3,9 +3,9 @@
 Why: the runner normalizes every stdout line of every agent in the supervisor process; a slow
 normalizer would make a busy fleet's supervisor the bottleneck. This builds a recorded stream of
 N lines per coder (default 100k) by repeating the lines of the fixtures in
-``../shared/fixtures/streams/<coder>-*.jsonl`` (read at run time; nothing is copied into the
-repo), feeds it through a fresh normalizer of that coder (``feed`` per line, as the runner does;
-``poll`` once at the end), and times bare ``json.loads`` of the same lines. It prints lines/s of
+``tests/fixtures/streams/<coder>-*.jsonl`` (the recorded streams kept in the repository), feeds
+it through a fresh normalizer of that coder (``feed`` per line, as the runner does; ``poll`` once
+at the end), and times bare ``json.loads`` of the same lines. It prints lines/s of
 both and the ratio normalize/json.loads (goal >= 0.3): the best CPU time of ``--repeat``
 interleaved runs of each.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from fleet_tui.coders.base import get_coder
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "streams"
+FIXTURES = ROOT / "tests" / "fixtures" / "streams"
 CODERS = ("claude", "codex", "opencode", "gemini")
 GOAL = 0.3
 

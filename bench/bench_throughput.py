@@ -32,12 +32,13 @@ def main() -> None:
         subprocess.run([*FLEET, "load", str(tmp / "t.toml")], check=True, env=env, capture_output=True)
 
         t0 = time.perf_counter()
-        subprocess.run("seq %d | xargs -P 4 -I{} sh -c 'sleep 0.1'" % n, shell=True, check=True)
+        subprocess.run(f"seq {n} | xargs -P 4 -I{{}} sh -c 'sleep 0.1'", shell=True, check=True)
         xargs_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        subprocess.run([*FLEET, "run", "--until-idle", "--max-concurrent", "4"], check=True, env=env,
-                       capture_output=True)
+        subprocess.run(
+            [*FLEET, "run", "--until-idle", "--max-concurrent", "4"], check=True, env=env, capture_output=True
+        )
         fleet_s = time.perf_counter() - t0
     print(f"tasks={n} concurrency=4")
     print(f"xargs -P 4      : {xargs_s:7.2f} s  ({n / xargs_s:6.1f} tasks/s)")

@@ -452,6 +452,14 @@ def cmd_cockpit(ctx: Ctx) -> int:
     return run_cockpit(ctx, attach=bool(getattr(ctx.args, "attach", False)))
 
 
+def cmd_example(ctx: Ctx) -> int:
+    """Print the bundled example task file (it ships inside the package, so an installed tool has it)."""
+    from importlib.resources import files
+
+    sys.stdout.write(files("fleet_tui").joinpath("examples", "tasks.toml").read_text(encoding="utf-8"))
+    return 0
+
+
 def cmd_demo(ctx: Ctx) -> int:
     from fleet_tui.launcher import run_demo
 
@@ -474,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd")
 
     sub.add_parser("demo", help="the cockpit on sample tasks run by the simulated agent")
+    sub.add_parser("example", help="print an example tasks.toml (runs with the simulated agent)")
     r = sub.add_parser("run", help="the engine without the UI")
     r.add_argument("--until-idle", action="store_true")
     r.add_argument("--max-concurrent", type=int)
@@ -549,6 +558,7 @@ COMMANDS = {
     "doctor": cmd_doctor,
     "mcp-ask-human": cmd_mcp,
     "demo": cmd_demo,
+    "example": cmd_example,
 }
 
 

@@ -1,6 +1,6 @@
 """The Claude coder against every Claude fixture stream, plus its argv/env/per-run config.
 
-The fixtures live in the shared folder beside the repository (``../shared/fixtures/streams``);
+The fixtures live in the repository (``tests/fixtures/streams``);
 PROVENANCE.md there says which lines are real captures (Claude Code 2.1.332 against a fake API,
 2.1.195 verbatim) and which are adapted. These tests pin the traps DESIGN section 6 names.
 """
@@ -22,7 +22,7 @@ from fleet_tui.coders.claude import (
 from fleet_tui.scheduler.model import EVENT_KINDS, Event, Task, TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 
-STREAMS = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "streams"
+STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "streams"
 FILES = sorted(p.name for p in STREAMS.glob("claude-*.jsonl"))
 
 

@@ -1,6 +1,6 @@
 """The Codex coder against every Codex fixture stream and rollout, plus its argv/env/CODEX_HOME.
 
-The fixtures live in the shared folder beside the repository (``../shared/fixtures/streams``);
+The fixtures live in the repository (``tests/fixtures/streams``);
 PROVENANCE.md there says which lines are real codex-cli 0.171 captures. The rollout lines in
 ``ROLLOUT_*`` below were copied from a real 0.171 run against tests/fakeapi (trimmed).
 """
@@ -19,7 +19,7 @@ from fleet_tui.coders.codex import CodexCoder, CodexNormalizer, parse_try_again
 from fleet_tui.scheduler.model import EVENT_KINDS, Event, Task, TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 
-STREAMS = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "streams"
+STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "streams"
 FILES = sorted(p.name for p in STREAMS.glob("codex-*.jsonl") if "rollout" not in p.name)
 ROLLOUT = "codex-rollout-token-count.jsonl"
 

@@ -1,6 +1,6 @@
 """The OpenCode coder against every OpenCode fixture stream, plus its argv/env/per-run config.
 
-The fixtures live in the shared folder next to the repository (``../shared/fixtures/streams``);
+The fixtures live in the repository (``tests/fixtures/streams``);
 PROVENANCE.md there says which lines are real captures of opencode 1.18.
 """
 
@@ -16,7 +16,7 @@ from fleet_tui.coders.opencode import BASE_URL_ENV, OpenCodeCoder, OpenCodeNorma
 from fleet_tui.scheduler.model import Event, Task, TaskSpec, Usage
 from fleet_tui.scheduler.states import TaskStatus
 
-STREAMS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "streams"
+STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "streams"
 FILES = sorted(p.name for p in STREAMS.glob("opencode-*.jsonl"))
 
 

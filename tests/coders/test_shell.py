@@ -21,16 +21,23 @@ def ctx_for(tmp_path: Path, command: str | None, prompt: str = "do the thing") -
     task = Task(id="t-1", spec=spec, status=TaskStatus.RUNNING, attempt=2)
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return AttemptContext(task=task, attempt=2, prompt=prompt, workdir=work,
-                          attempt_dir=tmp_path / "attempts" / "2", home=tmp_path)
+    return AttemptContext(
+        task=task,
+        attempt=2,
+        prompt=prompt,
+        workdir=work,
+        attempt_dir=tmp_path / "attempts" / "2",
+        home=tmp_path,
+    )
 
 
 def run(coder: ShellCoder, ctx: AttemptContext) -> tuple[int, list[str]]:
     """Start the attempt the way the engine does: cwd = workdir, env merged, stdin piped."""
     coder.prepare(ctx)
     env = {"PATH": "/usr/bin:/bin", **coder.env(ctx)}
-    res = subprocess.run(coder.argv(ctx), cwd=ctx.workdir, env=env, input=coder.stdin(ctx),
-                         capture_output=True, timeout=30)
+    res = subprocess.run(
+        coder.argv(ctx), cwd=ctx.workdir, env=env, input=coder.stdin(ctx), capture_output=True, timeout=30
+    )
     return res.returncode, res.stdout.decode("utf-8", "replace").splitlines()
 
 
@@ -42,8 +49,10 @@ def test_registered_and_available() -> None:
 
 def test_lines_become_text_events_and_json_is_kept(tmp_path: Path) -> None:
     coder = ShellCoder()
-    cmd = ('printf "hello\\n{\\"k\\": [1, 2]}\\n"; pwd; cat; echo; echo "env:$FLEET_PROMPT"; '
-           'cat "$FLEET_PROMPT_FILE"')
+    cmd = (
+        'printf "hello\\n{\\"k\\": [1, 2]}\\n"; pwd; cat; echo; echo "env:$FLEET_PROMPT"; '
+        'cat "$FLEET_PROMPT_FILE"'
+    )
     ctx = ctx_for(tmp_path, cmd, prompt="the prompt")
     code, lines = run(coder, ctx)
     assert code == 0
@@ -87,8 +96,14 @@ def test_missing_command_fails_fast_with_a_message(tmp_path: Path, command: str 
 def test_env_and_prompt_file(tmp_path: Path) -> None:
     coder = ShellCoder()
     ctx = ctx_for(tmp_path, "true")
-    ctx = AttemptContext(**{**ctx.__dict__, "mcp_command": ("fleet-tui", "mcp-ask-human"),
-                            "mcp_env": {"FLEET_HOME": "/h"}, "model": "m1"})
+    ctx = AttemptContext(
+        **{
+            **ctx.__dict__,
+            "mcp_command": ("fleet-tui", "mcp-ask-human"),
+            "mcp_env": {"FLEET_HOME": "/h"},
+            "model": "m1",
+        }
+    )
     coder.prepare(ctx)
     env = coder.env(ctx)
     assert env["FLEET_PROMPT"] == "do the thing" and env["FLEET_ATTEMPT"] == "2"
@@ -110,8 +125,18 @@ def test_a_huge_prompt_stays_out_of_the_environment(tmp_path: Path) -> None:
 
 def test_normalizer_never_raises() -> None:
     norm = ShellNormalizer("t", 1)
-    weird = ["", "   ", "[", "{}", "null", "\udcff\udcfe", "\x00\x1b[31m", "{" * 100_000,
-             "[" * 5000 + "]" * 5000, "x" * 1_000_000]
+    weird = [
+        "",
+        "   ",
+        "[",
+        "{}",
+        "null",
+        "\udcff\udcfe",
+        "\x00\x1b[31m",
+        "{" * 100_000,
+        "[" * 5000 + "]" * 5000,
+        "x" * 1_000_000,
+    ]
     for line in weird:
         events = norm.feed(line, 0.0)
         assert all(e.kind == "text" for e in events)

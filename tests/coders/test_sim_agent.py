@@ -26,7 +26,7 @@ from fleet_tui.coders import sim_agent
 
 pytestmark = pytest.mark.timeout(60)
 
-STREAMS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "streams"
+STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "streams"
 AGENT = [sys.executable, "-m", "fleet_tui.coders.sim_agent"]
 
 

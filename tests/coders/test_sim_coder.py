@@ -27,12 +27,23 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def ctx_for(tmp_path: Path, prompt: str, attempt: int = 1, **kw: Any) -> AttemptContext:
-    task = Task(id="t-sim", spec=TaskSpec(name="sim-task", prompt=prompt, coder="sim"),
-                status=TaskStatus.RUNNING, attempt=attempt)
+    task = Task(
+        id="t-sim",
+        spec=TaskSpec(name="sim-task", prompt=prompt, coder="sim"),
+        status=TaskStatus.RUNNING,
+        attempt=attempt,
+    )
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
-    return AttemptContext(task=task, attempt=attempt, prompt=prompt, workdir=work,
-                          attempt_dir=tmp_path / "attempts" / str(attempt), home=tmp_path, **kw)
+    return AttemptContext(
+        task=task,
+        attempt=attempt,
+        prompt=prompt,
+        workdir=work,
+        attempt_dir=tmp_path / "attempts" / str(attempt),
+        home=tmp_path,
+        **kw,
+    )
 
 
 def test_registered_and_built_in() -> None:
@@ -48,8 +59,13 @@ def test_argv_stdin_env(tmp_path: Path) -> None:
     assert coder.stdin(ctx) == b"@sim steps=1"
     env = coder.env(ctx)
     assert env["FLEET_ATTEMPT"] == "3" and "FLEET_MCP_COMMAND" not in env
-    ctx2 = ctx_for(tmp_path, "x", mcp_command=("fleet-tui", "mcp-ask-human"),
-                   mcp_env={"FLEET_HOME": "/h", "FLEET_TASK_ID": "t-sim"}, model="opus")
+    ctx2 = ctx_for(
+        tmp_path,
+        "x",
+        mcp_command=("fleet-tui", "mcp-ask-human"),
+        mcp_env={"FLEET_HOME": "/h", "FLEET_TASK_ID": "t-sim"},
+        model="opus",
+    )
     env2 = coder.env(ctx2)
     assert json.loads(env2["FLEET_MCP_COMMAND"]) == ["fleet-tui", "mcp-ask-human"]
     assert env2["FLEET_HOME"] == "/h" and env2["FLEET_SIM_MODEL"] == "opus"
@@ -62,8 +78,9 @@ def run(tmp_path: Path, prompt: str, attempt: int = 1) -> tuple[int, list[Event]
     coder.prepare(ctx)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
     env.update(coder.env(ctx))
-    res = subprocess.run(coder.argv(ctx), cwd=ctx.workdir, env=env, input=coder.stdin(ctx),
-                         capture_output=True, timeout=30)
+    res = subprocess.run(
+        coder.argv(ctx), cwd=ctx.workdir, env=env, input=coder.stdin(ctx), capture_output=True, timeout=30
+    )
     norm = coder.normalizer("t-sim", attempt, 0, ctx.attempt_dir)
     events: list[Event] = []
     for i, line in enumerate(res.stdout.decode("utf-8", "replace").splitlines()):

@@ -10,7 +10,7 @@ from fleet_tui.taskfile import load_taskfile
 
 pytestmark = pytest.mark.timeout(60)
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tasks.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "fleet_tui" / "examples" / "tasks.toml"
 CODERS = ("claude", "codex", "opencode", "gemini", "shell", "sim")
 
 

@@ -147,8 +147,10 @@ def test_pg_survives_killed_connections(pg_schema: str) -> None:
         m0 = s.change_marker()
         ours = sorted(s._pool.pids | {s._listener.info.backend_pid})  # this store's sessions only
         with psycopg.connect(PG_URL, autocommit=True) as admin:
-            killed = admin.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n"
-                                   " FROM unnest(%s::int[]) AS pid", (ours,)).fetchone()
+            killed = admin.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM unnest(%s::int[]) AS pid",
+                (ours,),
+            ).fetchone()
             deadline = time.monotonic() + 20
             while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (ours,)).fetchone():
                 assert time.monotonic() < deadline, "the killed sessions did not go away"

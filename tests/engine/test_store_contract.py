@@ -31,8 +31,15 @@ pytestmark = pytest.mark.timeout(90)
 
 PG_URL = os.environ.get("FLEET_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 NOW = 1_800_000_000.0
-Q, R, V, D, H, P, C = (TaskStatus.QUEUED, TaskStatus.RUNNING, TaskStatus.VERIFYING, TaskStatus.DONE,
-                       TaskStatus.NEEDS_HUMAN, TaskStatus.PAUSED, TaskStatus.CANCELLED)
+Q, R, V, D, H, P, C = (
+    TaskStatus.QUEUED,
+    TaskStatus.RUNNING,
+    TaskStatus.VERIFYING,
+    TaskStatus.DONE,
+    TaskStatus.NEEDS_HUMAN,
+    TaskStatus.PAUSED,
+    TaskStatus.CANCELLED,
+)
 
 _pg_problem: list[str | None] = []
 
@@ -54,8 +61,10 @@ def need_pg() -> None:
     why = pg_unreachable()
     if why is None:
         return
-    msg = (f"PostgreSQL at {PG_URL} is unreachable ({why}); start it or set FLEET_TEST_PG_URL "
-           "to run the PostgreSQL store tests")
+    msg = (
+        f"PostgreSQL at {PG_URL} is unreachable ({why}); start it or set FLEET_TEST_PG_URL "
+        "to run the PostgreSQL store tests"
+    )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(msg)
     pytest.skip(msg)
@@ -156,19 +165,26 @@ def test_duplicate_names_are_refused_atomically(store: Any) -> None:
 
 
 def test_claim_order_priority_then_age(store: Any) -> None:
-    store.add_tasks([spec("old-low"), spec("high", priority=5), spec("new-low"), spec("mid", priority=1)],
-                    NOW)
+    store.add_tasks(
+        [spec("old-low"), spec("high", priority=5), spec("new-low"), spec("mid", priority=1)], NOW
+    )
     assert names_claimed(store, 5) == ["high", "mid", "old-low", "new-low", None]
     t = store.get_task("high")
     assert (t.status, t.attempt, t.owner, t.host, t.lease_until) == (R, 1, "e1", "h1", NOW + 60.0)
     assert t.started_at == NOW and t.attempt_started_at == NOW
-    assert [(x.src, x.dst, x.reason, x.attempt, x.actor) for x in store.transitions(t.id)][-1] == \
-        ("queued", "running", "claimed", 1, "e1")
+    assert [(x.src, x.dst, x.reason, x.attempt, x.actor) for x in store.transitions(t.id)][-1] == (
+        "queued",
+        "running",
+        "claimed",
+        1,
+        "e1",
+    )
 
 
 def test_dependencies_gate_the_claim(store: Any) -> None:
-    a, _b, _c = store.add_tasks([spec("a"), spec("b", depends_on=("a",)), spec("c", depends_on=("a", "b"))],
-                                NOW)
+    a, _b, _c = store.add_tasks(
+        [spec("a"), spec("b", depends_on=("a",)), spec("c", depends_on=("a", "b"))], NOW
+    )
     assert names_claimed(store, 2) == ["a", None]
     store.transition(a.id, D, reason=None, now=NOW, owner="e1", attempt=1)
     assert names_claimed(store, 2) == ["b", None]
@@ -177,8 +193,10 @@ def test_dependencies_gate_the_claim(store: Any) -> None:
 
 
 def test_not_before_requires_tags_and_exclude_coders(store: Any) -> None:
-    store.add_tasks([spec("later"), spec("gpu", requires=("gpu", "big")), spec("claude", coder="claude"),
-                     spec("plain")], NOW)
+    store.add_tasks(
+        [spec("later"), spec("gpu", requires=("gpu", "big")), spec("claude", coder="claude"), spec("plain")],
+        NOW,
+    )
     store.update_task(store.get_task("later").id, not_before=NOW + 100)
     # plain has the default coder sim: excluding sim leaves only claude (tags missing for gpu)
     assert claim(store, exclude_coders=("sim",)).name == "claude"
@@ -236,17 +254,25 @@ def test_fenced_transitions_and_illegal_moves(store: Any) -> None:
 def test_transition_rows_fields_and_clearing(store: Any) -> None:
     (a,) = store.add_tasks([spec("a")], NOW)
     claim(store, "e1", now=NOW + 1)
-    p = store.transition(a.id, P, reason="paused by user", now=NOW + 2, owner="e1", attempt=1,
-                         paused_running=1)
+    p = store.transition(
+        a.id, P, reason="paused by user", now=NOW + 2, owner="e1", attempt=1, paused_running=1
+    )
     assert p.status == P and p.paused_running is True and p.owner == "e1" and p.reason == "paused by user"
     r = store.transition(a.id, R, reason="resumed", now=NOW + 3, owner="e1", attempt=1, paused_running=0)
     assert r.paused_running is False and r.updated_at == NOW + 3
     v = store.transition(a.id, V, reason=None, now=NOW + 4, owner="e1", attempt=1)
-    d = store.transition(a.id, D, reason="verified", now=NOW + 5, owner="e1", attempt=1,
-                         result_text="all good", cost_usd=1.5)
+    d = store.transition(
+        a.id, D, reason="verified", now=NOW + 5, owner="e1", attempt=1, result_text="all good", cost_usd=1.5
+    )
     assert v.status == V
-    assert (d.status, d.owner, d.lease_until, d.finished_at, d.result_text, d.cost_usd) == \
-        (D, None, None, NOW + 5, "all good", 1.5)
+    assert (d.status, d.owner, d.lease_until, d.finished_at, d.result_text, d.cost_usd) == (
+        D,
+        None,
+        None,
+        NOW + 5,
+        "all good",
+        1.5,
+    )
     rows = [(x.ts, x.src, x.dst, x.reason, x.attempt, x.actor) for x in store.transitions(a.id)]
     assert rows == [
         (NOW, None, "queued", "added", 0, None),
@@ -256,8 +282,9 @@ def test_transition_rows_fields_and_clearing(store: Any) -> None:
         (NOW + 4, "running", "verifying", None, 1, "e1"),
         (NOW + 5, "verifying", "done", "verified", 1, "e1"),
     ]
-    m = store.transition(a.id, D, reason="merged abc", now=NOW + 6, expect=[D], actor="cli",
-                         merged_commit="abc")
+    m = store.transition(
+        a.id, D, reason="merged abc", now=NOW + 6, expect=[D], actor="cli", merged_commit="abc"
+    )
     assert m.merged_commit == "abc" and store.transitions(a.id)[-1].actor == "cli"
 
 
@@ -289,8 +316,12 @@ def test_engines_heartbeat_and_leases(store: Any) -> None:
     assert store.extend_lease(a.id, "e2", NOW + 900) is False
     assert store.get_task(a.id).lease_until == NOW + 500
     info = store.engine_info("e1")
-    assert info is not None and (info["host"], info["pid"], info["heartbeat"], info["stopped"]) == \
-        ("h1", 100, NOW + 10, 0)
+    assert info is not None and (info["host"], info["pid"], info["heartbeat"], info["stopped"]) == (
+        "h1",
+        100,
+        NOW + 10,
+        0,
+    )
     assert store.engine_info("nobody") is None
     assert sorted(e["owner"] for e in store.live_engines(NOW + 40, 35.0)) == ["e1"]
     assert sorted(e["owner"] for e in store.live_engines(NOW, 30.0)) == ["e1", "e2"]
@@ -300,8 +331,9 @@ def test_engines_heartbeat_and_leases(store: Any) -> None:
 
 
 def test_orphaned_tasks(store: Any) -> None:
-    store.add_tasks([spec("fresh"), spec("stale"), spec("stopped"), spec("ghost"), spec("paused"),
-                     spec("idle")], NOW)
+    store.add_tasks(
+        [spec("fresh"), spec("stale"), spec("stopped"), spec("ghost"), spec("paused"), spec("idle")], NOW
+    )
     for owner in ("fresh", "stale", "stopped"):
         store.register_engine(owner, "h", 1, 1.0, NOW)
     for owner in ("fresh", "stale", "stopped", "ghost"):  # ghost never registered
@@ -349,8 +381,13 @@ def test_attempts(store: Any) -> None:
     store.update_attempt(a.id, 1, shim_pid=42, shim_create_time=7.5, outcome="success", exit_code=0)
     store.update_attempt(a.id, 1)
     at = store.get_attempt(a.id, 1)
-    assert (at.shim_pid, at.shim_create_time, at.outcome, at.exit_code, at.prompt) == \
-        (42, 7.5, "success", 0, "hi")
+    assert (at.shim_pid, at.shim_create_time, at.outcome, at.exit_code, at.prompt) == (
+        42,
+        7.5,
+        "success",
+        0,
+        "hi",
+    )
     assert store.get_attempt(a.id, 3) is None
     assert [x.n for x in store.attempts(a.id)] == [1, 2]
     store.put_attempt(Attempt(task_id=a.id, n=2, owner="e2", dir="/d/2b", started_at=NOW + 3))
@@ -375,9 +412,19 @@ def ev(tid: str, attempt: int, seq: int, **kw: Any) -> Event:
 def test_events_idempotent_with_offset(store: Any) -> None:
     (a,) = store.add_tasks([spec("a")], NOW)
     store.put_attempt(Attempt(task_id=a.id, n=1, owner="e1", dir="/d", started_at=NOW))
-    rich = ev(a.id, 1, 2, kind="tool_call", tool="Bash", tool_input={"cmd": "ls"}, tool_id="x1",
-              usage=Usage(input_tokens=3, output_tokens=4), rate_limit=RateLimit("claude", "allowed"),
-              is_error=True, cost_usd=0.01)
+    rich = ev(
+        a.id,
+        1,
+        2,
+        kind="tool_call",
+        tool="Bash",
+        tool_input={"cmd": "ls"},
+        tool_id="x1",
+        usage=Usage(input_tokens=3, output_tokens=4),
+        rate_limit=RateLimit("claude", "allowed"),
+        is_error=True,
+        cost_usd=0.01,
+    )
     batch = [ev(a.id, 1, 0, text="hello"), ev(a.id, 1, 1, text="wörld"), rich]
     store.append_events(batch, offset=(a.id, 1, 120))
     store.append_events(batch[1:], offset=(a.id, 1, 150))  # a replay after a crash: no duplicates
@@ -427,8 +474,9 @@ def test_first_answer_wins_across_connections(make_store: MakeStore) -> None:
         barrier = threading.Barrier(2)
         results: list[bool] = []
 
-        def answer(s: Any, who: str, q: Any = q, barrier: threading.Barrier = barrier,
-                   results: list[bool] = results) -> None:
+        def answer(
+            s: Any, who: str, q: Any = q, barrier: threading.Barrier = barrier, results: list[bool] = results
+        ) -> None:
             barrier.wait()
             results.append(s.answer_question(q.id, who, who, NOW))
 
@@ -444,8 +492,19 @@ def test_first_answer_wins_across_connections(make_store: MakeStore) -> None:
 
 # -- hosts, settings, rate limits, commands -------------------------------------------------------
 def test_hosts_settings_rate_limits(store: Any) -> None:
-    store.upsert_host(Host("b", NOW, cores=8, load=1.5, mem_available=2**33, disk_free=2**40, running=2,
-                           tags=("gpu", "linux"), version="0.1.0"))
+    store.upsert_host(
+        Host(
+            "b",
+            NOW,
+            cores=8,
+            load=1.5,
+            mem_available=2**33,
+            disk_free=2**40,
+            running=2,
+            tags=("gpu", "linux"),
+            version="0.1.0",
+        )
+    )
     store.upsert_host(Host("a", NOW, tags=()))
     store.upsert_host(Host("b", NOW + 5, cores=8, running=3, tags=("gpu",)))
     hs = store.hosts()
@@ -472,8 +531,10 @@ def test_commands_lifecycle(store: Any) -> None:
     c2 = store.add_command(None, "pause", "all", "e1", NOW + 1)
     c3 = store.add_command(a.id, "merge", None, "e2", NOW + 2)
     assert c1 < c2 < c3
-    assert [(c.id, c.verb, c.arg, c.task_id) for c in store.pending_commands("e1")] == \
-        [(c1, "kill", None, a.id), (c2, "pause", "all", None)]
+    assert [(c.id, c.verb, c.arg, c.task_id) for c in store.pending_commands("e1")] == [
+        (c1, "kill", None, a.id),
+        (c2, "pause", "all", None),
+    ]
     store.finish_command(c1, "done", "killed")
     assert [c.id for c in store.pending_commands("e1")] == [c2]
     got = store.get_command(c1)

@@ -249,7 +249,7 @@ def test_missing_name_and_prompt_point_at_the_header(tmp_path: Path) -> None:
         f'{path}:1: task has no name: add name = "..." (lowercase letters, digits, - and _)',
         f'{path}:4: task \'no-prompt\' has no prompt: add prompt = "..." (or coder = "shell" with a command)',
         f'{path}:14: the shell coder runs a command: add command = "..."'
-        ' (it gets the prompt in $FLEET_PROMPT)',
+        " (it gets the prompt in $FLEET_PROMPT)",
     ]
     res = load_taskfile(path, known_coders=CODERS)
     shell = next(s for s in res.specs if s.name == "shell-ok")

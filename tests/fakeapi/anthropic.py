@@ -115,28 +115,59 @@ def _answer(h: FakeHandler, req: Request, turn: Text | ToolCall) -> None:
     h.start_sse({"request-id": rid})
     h.sse(
         "message_start",
-        {"type": "message_start", "message": {**message, "content": [], "stop_reason": None,
-                                              "usage": {**usage, "output_tokens": 1}}},
+        {
+            "type": "message_start",
+            "message": {
+                **message,
+                "content": [],
+                "stop_reason": None,
+                "usage": {**usage, "output_tokens": 1},
+            },
+        },
     )
     for i, b in enumerate(blocks):
         if b["type"] == "text":
-            h.sse("content_block_start",
-                  {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}})
+            h.sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+            )
             text = b["text"]
             step = turn.chunk if isinstance(turn, Text) else 40
             for k in range(0, len(text), max(1, step)):
-                h.sse("content_block_delta", {"type": "content_block_delta", "index": i,
-                                              "delta": {"type": "text_delta", "text": text[k:k + step]}})
+                h.sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "text_delta", "text": text[k : k + step]},
+                    },
+                )
         else:
-            h.sse("content_block_start", {"type": "content_block_start", "index": i,
-                                          "content_block": {"type": "tool_use", "id": b["id"],
-                                                            "name": b["name"], "input": {}}})
-            h.sse("content_block_delta", {"type": "content_block_delta", "index": i,
-                                          "delta": {"type": "input_json_delta",
-                                                    "partial_json": json.dumps(b["input"])}})
+            h.sse(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": i,
+                    "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}},
+                },
+            )
+            h.sse(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": i,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(b["input"])},
+                },
+            )
         h.sse("content_block_stop", {"type": "content_block_stop", "index": i})
-    h.sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                            "usage": {"output_tokens": out_tok}})
+    h.sse(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": out_tok},
+        },
+    )
     h.sse("message_stop", {"type": "message_stop"})
 
 

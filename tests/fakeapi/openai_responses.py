@@ -139,11 +139,20 @@ def _answer(h: FakeHandler, req: Request, turn: Text | ToolCall) -> None:
             text = item["content"][0]["text"]
             step = max(1, turn.chunk if isinstance(turn, Text) else 40)
             for k in range(0, len(text), step):
-                send("response.output_text.delta", item_id=item["id"], output_index=i, content_index=0,
-                     delta=text[k:k + step])
+                send(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=i,
+                    content_index=0,
+                    delta=text[k : k + step],
+                )
         else:
-            send("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
-                 delta=item["arguments"])
+            send(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=i,
+                delta=item["arguments"],
+            )
         send("response.output_item.done", output_index=i, item=item)
     send("response.completed", response={**response, "status": "completed", "output": items, "usage": usage})
 

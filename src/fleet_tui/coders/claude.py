@@ -1,7 +1,7 @@
 """Claude Code (`claude -p --output-format stream-json --verbose`) as a fleet coder.
 
 Why: this is the one place that knows Claude Code's flags, its per-run MCP registration and its
-stream-json output (see ../shared/fixtures/FORMATS.md section 1). The engine only sees the Coder
+stream-json output (see tests/fixtures/FORMATS.md section 1). The engine only sees the Coder
 protocol and normalized Events.
 
 Traps handled here (DESIGN section 6): an API failure is reported as ``subtype:"success"`` with
@@ -307,9 +307,7 @@ class ClaudeNormalizer(BaseNormalizer):
             return None
         entry = model_usage.get(self.model) if self.model in model_usage else None
         if not isinstance(entry, dict):
-            windows = [
-                v.get("contextWindow") for v in model_usage.values() if isinstance(v, dict)
-            ]
+            windows = [v.get("contextWindow") for v in model_usage.values() if isinstance(v, dict)]
             ints = [w for w in windows if isinstance(w, int) and w > 0]
             return max(ints) if ints else None
         w = entry.get("contextWindow")
@@ -354,8 +352,9 @@ class ClaudeNormalizer(BaseNormalizer):
             st = _status(self.last_retry.get("error_status"))
             kind = self.last_retry.get("error")
             if st == 429 or kind == "rate_limit":
-                return Outcome("rate_limited", f"stopped while retrying a 429 ({self.retries} retries)",
-                               **common)
+                return Outcome(
+                    "rate_limited", f"stopped while retrying a 429 ({self.retries} retries)", **common
+                )
             if st in (401, 403) or kind == "authentication_failed":
                 return Outcome("auth_failed", f"stopped while retrying a {st}", **common)
         if self.assistant_error == "rate_limit":

@@ -1,7 +1,7 @@
 """OpenAI Codex CLI (`codex exec --json`) as a fleet coder.
 
 Why: this is the one place that knows Codex's flags, its per-run ``CODEX_HOME`` (config.toml
-with the ask_human MCP server) and its two outputs (see ../shared/fixtures/FORMATS.md section 2):
+with the ask_human MCP server) and its two outputs (see tests/fixtures/FORMATS.md section 2):
 
 - stdout JSONL (``thread.started``, ``item.*``, ``turn.completed``/``turn.failed``, ``error``)
   carries text, tool calls and the turn's cumulative usage, but no cost, no rate limits and no
@@ -83,8 +83,12 @@ class _Raw:
         )
 
     def plus(self, o: _Raw) -> _Raw:
-        return _Raw(self.input + o.input, self.cached + o.cached, self.cache_write + o.cache_write,
-                    self.output + o.output)
+        return _Raw(
+            self.input + o.input,
+            self.cached + o.cached,
+            self.cache_write + o.cache_write,
+            self.output + o.output,
+        )
 
     def usage(self) -> Usage:
         return Usage(
@@ -420,8 +424,9 @@ class CodexNormalizer(BaseNormalizer):
             or (self.rate_limit is not None and self.rate_limit.status == "rejected")
         )
         if limited:
-            return Outcome("rate_limited", msg or "rate limited", resets_at=resets or parse_try_again(msg),
-                           **common)
+            return Outcome(
+                "rate_limited", msg or "rate limited", resets_at=resets or parse_try_again(msg), **common
+            )
         if msg:
             return Outcome("failure", msg, **common)
         if exit_code is None:

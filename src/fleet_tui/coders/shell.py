@@ -30,8 +30,10 @@ MISSING_EXIT = 2
 
 
 def missing_command_message(task_name: str) -> str:
-    return (f"fleet-tui: task {task_name!r} uses the shell coder but has no command; "
-            f'set command = "..." in its [[task]] (or use `fleet-tui add --command CMD`)')
+    return (
+        f"fleet-tui: task {task_name!r} uses the shell coder but has no command; "
+        f'set command = "..." in its [[task]] (or use `fleet-tui add --command CMD`)'
+    )
 
 
 class ShellNormalizer(BaseNormalizer):
@@ -80,9 +82,13 @@ class ShellCoder(BaseCoder):
         path.write_text(ctx.prompt, encoding="utf-8")
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
-        env = {"FLEET_ATTEMPT": str(ctx.attempt), "FLEET_TASK_ID": ctx.task.id,
-               "FLEET_TASK_NAME": ctx.task.spec.name, "FLEET_PROMPT_FILE": str(self.prompt_file(ctx)),
-               "PWD": str(ctx.workdir)}
+        env = {
+            "FLEET_ATTEMPT": str(ctx.attempt),
+            "FLEET_TASK_ID": ctx.task.id,
+            "FLEET_TASK_NAME": ctx.task.spec.name,
+            "FLEET_PROMPT_FILE": str(self.prompt_file(ctx)),
+            "PWD": str(ctx.workdir),
+        }
         if len(ctx.prompt.encode("utf-8")) <= MAX_ENV_PROMPT:
             env["FLEET_PROMPT"] = ctx.prompt
         if ctx.model:

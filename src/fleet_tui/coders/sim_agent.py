@@ -46,16 +46,23 @@ RETRY_ERRORS = {429: "rate_limit", 529: "overloaded", 401: "authentication_faile
 START_CONTEXT = 12_000
 #: the tools ``steps`` cycles through: (tool, input, result content, tool_use_result, text)
 STEP_TOOLS: list[tuple[str, dict[str, Any], str, Any, str]] = [
-    ("Grep", {"pattern": "TODO", "output_mode": "files_with_matches"}, "No files found",
-     {"mode": "files_with_matches", "filenames": [], "numFiles": 0}, "searching for TODOs"),
-    ("Glob", {"pattern": "**/*.py"}, "No files found",
-     {"filenames": [], "numFiles": 0, "truncated": False, "durationMs": 1}, "listing Python files"),
+    (
+        "Grep",
+        {"pattern": "TODO", "output_mode": "files_with_matches"},
+        "No files found",
+        {"mode": "files_with_matches", "filenames": [], "numFiles": 0},
+        "searching for TODOs",
+    ),
+    (
+        "Glob",
+        {"pattern": "**/*.py"},
+        "No files found",
+        {"filenames": [], "numFiles": 0, "truncated": False, "durationMs": 1},
+        "listing Python files",
+    ),
 ]
 
 ToolRun = Callable[[], tuple[Any, bool, Any]]  # -> (content, is_error, tool_use_result)
-
-
-
 
 
 def dumps(obj: Any) -> str:
@@ -74,8 +81,11 @@ def _clock(epoch: float) -> str:
 
 
 def _bash(out: str) -> tuple[Any, bool, Any]:
-    return out, False, {"stdout": out, "stderr": "", "interrupted": False, "isImage": False,
-                        "noOutputExpected": not out}
+    return (
+        out,
+        False,
+        {"stdout": out, "stderr": "", "interrupted": False, "isImage": False, "noOutputExpected": not out},
+    )
 
 
 def _tool_error(msg: str) -> tuple[Any, bool, Any]:
@@ -91,8 +101,9 @@ class Sim:
         self.t0 = time.monotonic()
         self.calls, self.ctx = 0, 0
         self.total_calls = max(plan.planned_calls(), 1)
-        self.totals = dict.fromkeys(("input_tokens", "cache_creation_input_tokens",
-                                     "cache_read_input_tokens", "output_tokens"), 0)
+        self.totals = dict.fromkeys(
+            ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"), 0
+        )
         self.done: list[str] = []  # what it did, for the final result text
         self.failing = 0 < attempt < plan.fail_until_attempt
 
@@ -117,25 +128,49 @@ class Sim:
         else:
             target = START_CONTEXT + 450 * (self.calls - 1)
         self.ctx = max(target, prev + 3)
-        usage = {"input_tokens": 3, "cache_creation_input_tokens": self.ctx - prev - 3,
-                 "cache_read_input_tokens": prev, "output_tokens": 40 + 7 * (self.calls % 9)}
+        usage = {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": self.ctx - prev - 3,
+            "cache_read_input_tokens": prev,
+            "output_tokens": 40 + 7 * (self.calls % 9),
+        }
         for k, v in usage.items():
             self.totals[k] += v
         return usage
 
-    def message(self, block: dict[str, Any], usage: dict[str, int], msg_id: str | None = None,
-                model: str | None = None) -> dict[str, Any]:
+    def message(
+        self,
+        block: dict[str, Any],
+        usage: dict[str, int],
+        msg_id: str | None = None,
+        model: str | None = None,
+    ) -> dict[str, Any]:
         """An assistant line (without timestamp/request_id) holding one content block."""
-        return {"type": "assistant",
-                "message": {"id": msg_id or f"msg_sim_{uuid.uuid4().hex[:24]}", "type": "message",
-                            "role": "assistant", "model": model or self.plan.model, "stop_reason": None,
-                            "stop_sequence": None, "content": [block], "usage": usage,
-                            "context_management": None},
-                "parent_tool_use_id": None, **self._base()}
+        return {
+            "type": "assistant",
+            "message": {
+                "id": msg_id or f"msg_sim_{uuid.uuid4().hex[:24]}",
+                "type": "message",
+                "role": "assistant",
+                "model": model or self.plan.model,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "content": [block],
+                "usage": usage,
+                "context_management": None,
+            },
+            "parent_tool_use_id": None,
+            **self._base(),
+        }
 
-    def assistant(self, blocks: list[dict[str, Any]], extra: dict[str, Any] | None = None,
-                  usage: dict[str, int] | None = None, model: str | None = None,
-                  tool_extra: dict[str, Any] | None = None) -> None:
+    def assistant(
+        self,
+        blocks: list[dict[str, Any]],
+        extra: dict[str, Any] | None = None,
+        usage: dict[str, int] | None = None,
+        model: str | None = None,
+        tool_extra: dict[str, Any] | None = None,
+    ) -> None:
         """One model call: one line per content block, all with the same message id and usage."""
         msg_id = f"msg_sim_{uuid.uuid4().hex[:24]}"
         usage = usage if usage is not None else self.next_usage()
@@ -150,8 +185,14 @@ class Sim:
     def say(self, text: str) -> None:
         self.assistant([{"type": "text", "text": text}])
 
-    def tool(self, name: str, tool_input: dict[str, Any], run: ToolRun, text: str | None = None,
-             meta: dict[str, Any] | None = None) -> None:
+    def tool(
+        self,
+        name: str,
+        tool_input: dict[str, Any],
+        run: ToolRun,
+        text: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
         """A tool call (assistant line(s)), the tool running, then its user tool_result line."""
         tool_id = f"toolu_sim_{uuid.uuid4().hex[:24]}"
         blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
@@ -161,36 +202,83 @@ class Sim:
             content, is_error, tool_result = run()
         except OSError as e:
             content, is_error, tool_result = _tool_error(str(e))
-        self.emit({"type": "user",
-                   "message": {"role": "user", "content": [{"tool_use_id": tool_id, "type": "tool_result",
-                                                            "content": content, "is_error": is_error}]},
-                   "parent_tool_use_id": None, **self._base(), "timestamp": _now_iso(),
-                   "tool_use_result": tool_result})
+        self.emit(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "tool_use_id": tool_id,
+                            "type": "tool_result",
+                            "content": content,
+                            "is_error": is_error,
+                        }
+                    ],
+                },
+                "parent_tool_use_id": None,
+                **self._base(),
+                "timestamp": _now_iso(),
+                "tool_use_result": tool_result,
+            }
+        )
 
-    def result(self, text: str, is_error: bool = False, subtype: str = "success",
-               extra: dict[str, Any] | None = None) -> None:
+    def result(
+        self, text: str, is_error: bool = False, subtype: str = "success", extra: dict[str, Any] | None = None
+    ) -> None:
         t = self.totals
         cost = self.plan.cost
         if cost is None:
-            cost = round((t["input_tokens"] * 3 + t["cache_creation_input_tokens"] * 3.75
-                          + t["cache_read_input_tokens"] * 0.3 + t["output_tokens"] * 15) / 1e6, 6)
+            cost = round(
+                (
+                    t["input_tokens"] * 3
+                    + t["cache_creation_input_tokens"] * 3.75
+                    + t["cache_read_input_tokens"] * 0.3
+                    + t["output_tokens"] * 15
+                )
+                / 1e6,
+                6,
+            )
         elapsed = int((time.monotonic() - self.t0) * 1000)
-        model_usage = {self.plan.model: {
-            "inputTokens": t["input_tokens"], "outputTokens": t["output_tokens"],
-            "cacheReadInputTokens": t["cache_read_input_tokens"],
-            "cacheCreationInputTokens": t["cache_creation_input_tokens"], "webSearchRequests": 0,
-            "costUSD": cost, "contextWindow": self.plan.window, "maxOutputTokens": 32000}}
+        model_usage = {
+            self.plan.model: {
+                "inputTokens": t["input_tokens"],
+                "outputTokens": t["output_tokens"],
+                "cacheReadInputTokens": t["cache_read_input_tokens"],
+                "cacheCreationInputTokens": t["cache_creation_input_tokens"],
+                "webSearchRequests": 0,
+                "costUSD": cost,
+                "contextWindow": self.plan.window,
+                "maxOutputTokens": 32000,
+            }
+        }
         obj: dict[str, Any] = {
-            "type": "result", "subtype": subtype, "is_error": is_error, "api_error_status": None,
-            "duration_ms": elapsed, "duration_api_ms": elapsed // 2, "num_turns": max(self.calls, 1),
-            "result": text, "stop_reason": "end_turn", "session_id": self.session_id,
+            "type": "result",
+            "subtype": subtype,
+            "is_error": is_error,
+            "api_error_status": None,
+            "duration_ms": elapsed,
+            "duration_api_ms": elapsed // 2,
+            "num_turns": max(self.calls, 1),
+            "result": text,
+            "stop_reason": "end_turn",
+            "session_id": self.session_id,
             "total_cost_usd": cost,
-            "usage": {**t, "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
-                      "service_tier": "standard",
-                      "cache_creation": {"ephemeral_1h_input_tokens": 0,
-                                         "ephemeral_5m_input_tokens": t["cache_creation_input_tokens"]}},
-            "modelUsage": model_usage if self.calls else {}, "permission_denials": [],
-            "terminal_reason": "completed", "fast_mode_state": "off", "uuid": str(uuid.uuid4())}
+            "usage": {
+                **t,
+                "server_tool_use": {"web_search_requests": 0, "web_fetch_requests": 0},
+                "service_tier": "standard",
+                "cache_creation": {
+                    "ephemeral_1h_input_tokens": 0,
+                    "ephemeral_5m_input_tokens": t["cache_creation_input_tokens"],
+                },
+            },
+            "modelUsage": model_usage if self.calls else {},
+            "permission_denials": [],
+            "terminal_reason": "completed",
+            "fast_mode_state": "off",
+            "uuid": str(uuid.uuid4()),
+        }
         obj.update(extra or {})
         self.emit(obj, newline=not self.plan.no_final_newline)
 
@@ -210,12 +298,27 @@ class Sim:
     # -- the run --------------------------------------------------------------------------
     def run(self) -> int:
         servers = [{"name": "ask_human", "status": "connected", "source": "dynamic"}] if self.mcp_argv else []
-        self.emit({"type": "system", "subtype": "init", "cwd": str(self.cwd), "session_id": self.session_id,
-                   "tools": BASE_TOOLS + ([ASK_TOOL] if self.mcp_argv else []), "mcp_servers": servers,
-                   "model": self.plan.model, "permissionMode": "bypassPermissions",
-                   "slash_commands": ["compact", "context"], "apiKeySource": "none",
-                   "claude_code_version": "2.1.332", "output_style": "default", "agents": ["general-purpose"],
-                   "skills": [], "plugins": [], "uuid": str(uuid.uuid4()), "fast_mode_state": "off"})
+        self.emit(
+            {
+                "type": "system",
+                "subtype": "init",
+                "cwd": str(self.cwd),
+                "session_id": self.session_id,
+                "tools": BASE_TOOLS + ([ASK_TOOL] if self.mcp_argv else []),
+                "mcp_servers": servers,
+                "model": self.plan.model,
+                "permissionMode": "bypassPermissions",
+                "slash_commands": ["compact", "context"],
+                "apiKeySource": "none",
+                "claude_code_version": "2.1.332",
+                "output_style": "default",
+                "agents": ["general-purpose"],
+                "skills": [],
+                "plugins": [],
+                "uuid": str(uuid.uuid4()),
+                "fast_mode_state": "off",
+            }
+        )
         try:
             for action in self.plan.actions:
                 if self.failing and action.name in FILE_ACTIONS:
@@ -223,8 +326,11 @@ class Sim:
                     continue
                 getattr(self, "do_" + action.name.replace("-", "_"))(action)
             if self.failing:
-                self.finish_error(f"Simulated failure on attempt {self.attempt} (this task succeeds from "
-                                  f"attempt {self.plan.fail_until_attempt}) after: {self.summary()}.", 1)
+                self.finish_error(
+                    f"Simulated failure on attempt {self.attempt} (this task succeeds from "
+                    f"attempt {self.plan.fail_until_attempt}) after: {self.summary()}.",
+                    1,
+                )
             self.finish_success()
         except SystemExit as e:  # an action ended the run with this exit code
             return int(e.code or 0)
@@ -241,8 +347,12 @@ class Sim:
 
     def finish_error(self, message: str, code: int) -> None:
         self.say(message)
-        self.result(message, is_error=True, subtype="error_during_execution",
-                    extra={"terminal_reason": "aborted_tools", "errors": [message]})
+        self.result(
+            message,
+            is_error=True,
+            subtype="error_during_execution",
+            extra={"terminal_reason": "aborted_tools", "errors": [message]},
+        )
         raise SystemExit(code)
 
     # -- actions (one method per directive) -----------------------------------------------
@@ -251,13 +361,20 @@ class Sim:
         for i in range(1, n + 1):
             if i % 3 == 1:
                 listing = "\n".join(sorted(os.listdir(self.cwd))[:20])
-                self.tool("Bash", {"command": "ls", "description": f"Look around (step {i}/{n})"},
-                          lambda s=listing: _bash(s),  # type: ignore[misc]
-                          text=f"Step {i}/{n}: looking at the working tree.")
+                self.tool(
+                    "Bash",
+                    {"command": "ls", "description": f"Look around (step {i}/{n})"},
+                    lambda s=listing: _bash(s),  # type: ignore[misc]
+                    text=f"Step {i}/{n}: looking at the working tree.",
+                )
             else:
                 name, inp, content, res, what = STEP_TOOLS[i % 3 - 2]
-                self.tool(name, inp, lambda c=content, r=res: (c, False, r),  # type: ignore[misc]
-                          text=f"Step {i}/{n}: {what}.")
+                self.tool(
+                    name,
+                    inp,
+                    lambda c=content, r=res: (c, False, r),  # type: ignore[misc]
+                    text=f"Step {i}/{n}: {what}.",
+                )
             self.pause()
         self.done.append(f"took {n} steps")
 
@@ -274,8 +391,11 @@ class Sim:
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_text(text, encoding="utf-8")
             self.done.append(f"wrote {a.value}")
-            return (f"File {'updated' if existed else 'created'} successfully at: {p}", False,
-                    {"type": "update" if existed else "create", "filePath": str(p), "content": text})
+            return (
+                f"File {'updated' if existed else 'created'} successfully at: {p}",
+                False,
+                {"type": "update" if existed else "create", "filePath": str(p), "content": text},
+            )
 
         self.tool("Write", {"file_path": str(self.cwd / (a.value or "")), "content": text}, run)
         self.pause()
@@ -308,12 +428,28 @@ class Sim:
             count = body.count(old) if replace_all else 1
             p.write_text(body.replace(old, new, -1 if replace_all else 1), encoding="utf-8")
             self.done.append(f"edited {a.value} ({count} replacement{'s' if count != 1 else ''})")
-            return (f"The file {p} has been updated successfully.", False,
-                    {"filePath": str(p), "oldString": old, "newString": new, "replaceAll": replace_all,
-                     "userModified": False})
+            return (
+                f"The file {p} has been updated successfully.",
+                False,
+                {
+                    "filePath": str(p),
+                    "oldString": old,
+                    "newString": new,
+                    "replaceAll": replace_all,
+                    "userModified": False,
+                },
+            )
 
-        self.tool("Edit", {"file_path": str(self.cwd / (a.value or "")), "old_string": old,
-                           "new_string": new, "replace_all": replace_all}, run)
+        self.tool(
+            "Edit",
+            {
+                "file_path": str(self.cwd / (a.value or "")),
+                "old_string": old,
+                "new_string": new,
+                "replace_all": replace_all,
+            },
+            run,
+        )
         self.pause()
 
     def do_ask(self, a: Action) -> None:
@@ -371,8 +507,12 @@ class Sim:
 
             child = subprocess.Popen(  # start_new_session: the child calls setsid() before exec
                 [sys.executable, "-c", "import sys, time; time.sleep(float(sys.argv[1]))", f"{seconds:g}"],
-                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, close_fds=True)
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
             child.returncode = 0  # never waited for on purpose: keep Popen.__del__ quiet
             if a.value:
                 pidfile = self.path(a.value, inside=False)
@@ -389,10 +529,18 @@ class Sim:
 
     def retries(self, n: int, status: int = 429) -> None:
         for i in range(1, n + 1):
-            self.emit({"type": "system", "subtype": "api_retry", "attempt": i, "max_retries": max(n, 10),
-                       "retry_delay_ms": RETRY_DELAYS_MS[min(i, len(RETRY_DELAYS_MS)) - 1],
-                       "error_status": status, "error": RETRY_ERRORS.get(status, "server_error"),
-                       **self._base()})
+            self.emit(
+                {
+                    "type": "system",
+                    "subtype": "api_retry",
+                    "attempt": i,
+                    "max_retries": max(n, 10),
+                    "retry_delay_ms": RETRY_DELAYS_MS[min(i, len(RETRY_DELAYS_MS)) - 1],
+                    "error_status": status,
+                    "error": RETRY_ERRORS.get(status, "server_error"),
+                    **self._base(),
+                }
+            )
             self.pause()
 
     def do_api_retry(self, a: Action) -> None:
@@ -417,13 +565,19 @@ class Sim:
         resets_at = int(time.time() + a.num(None, 60.0))
         self.rate_event("rejected", resets_at)
         text = f"You've hit your session limit · resets {_clock(resets_at)}"
-        zero = dict.fromkeys(("input_tokens", "output_tokens", "cache_creation_input_tokens",
-                              "cache_read_input_tokens"), 0)
+        zero = dict.fromkeys(
+            ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), 0
+        )
         err = {"api_error_status": 429, "api_error_type": "rate_limit_error"}
-        self.assistant([{"type": "text", "text": text}], usage=zero, model="<synthetic>",
-                       extra={"error": "rate_limit", "is_api_error_message": True, **err})
-        self.result(text, is_error=True,
-                    extra={**err, "terminal_reason": "api_error", "stop_reason": "stop_sequence"})
+        self.assistant(
+            [{"type": "text", "text": text}],
+            usage=zero,
+            model="<synthetic>",
+            extra={"error": "rate_limit", "is_api_error_message": True, **err},
+        )
+        self.result(
+            text, is_error=True, extra={**err, "terminal_reason": "api_error", "stop_reason": "stop_sequence"}
+        )
         raise SystemExit(1)
 
     def do_fail(self, a: Action) -> None:
@@ -445,9 +599,17 @@ class Sim:
         raise SystemExit(0)
 
     def do_garbage(self, a: Action) -> None:
-        samples = [b"sim: plain progress output, not JSON", b'{"type":"assistant","message":{"trunc',
-                   b"\x1b[31mANSI coloured text\x1b[0m", b"{}", b"null", b'"a bare JSON string"',
-                   b"[1, 2, 3]", b'{"type":"mystery_event","payload":42}', b"   "]
+        samples = [
+            b"sim: plain progress output, not JSON",
+            b'{"type":"assistant","message":{"trunc',
+            b"\x1b[31mANSI coloured text\x1b[0m",
+            b"{}",
+            b"null",
+            b'"a bare JSON string"',
+            b"[1, 2, 3]",
+            b'{"type":"mystery_event","payload":42}',
+            b"   ",
+        ]
         for i in range(int(a.num(None, 3))):
             self.write(samples[i % len(samples)])
 
@@ -465,8 +627,12 @@ class Sim:
     def do_burst(self, a: Action) -> None:
         rate, seconds = max(a.num(None, 100.0), 1.0), a.num("seconds", 1.0)
         n = int(rate * seconds)
-        usage = {"input_tokens": 3, "cache_creation_input_tokens": 0, "cache_read_input_tokens": self.ctx,
-                 "output_tokens": 8}
+        usage = {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": self.ctx,
+            "output_tokens": 8,
+        }
         line = self.message({"type": "text", "text": "burst event @@"}, usage, msg_id="msg_sim_burst_@@")
         line["uuid"] = "00000000-0000-4000-8000-@@"
         head, mid, mid2, tail = dumps(line).encode().split(b"@@")

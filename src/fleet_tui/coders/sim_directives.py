@@ -73,11 +73,38 @@ from typing import Any
 
 #: setting -> converter (bare flags get True)
 SETTINGS: dict[str, Callable[[str], Any]] = {
-    "pace": float, "model": str, "window": int, "context": int, "cost": float,
-    "fail-until-attempt": int, "ignore-sigterm": bool, "no-final-newline": bool}
-ACTIONS = {"steps", "say", "write", "append", "edit", "ask", "sleep", "wait-file", "escape",
-           "api-retry", "rate-warning", "rate-limit", "fail", "exit", "crash", "false-completion",
-           "garbage", "invalid-utf8", "huge", "burst", "stderr"}
+    "pace": float,
+    "model": str,
+    "window": int,
+    "context": int,
+    "cost": float,
+    "fail-until-attempt": int,
+    "ignore-sigterm": bool,
+    "no-final-newline": bool,
+}
+ACTIONS = {
+    "steps",
+    "say",
+    "write",
+    "append",
+    "edit",
+    "ask",
+    "sleep",
+    "wait-file",
+    "escape",
+    "api-retry",
+    "rate-warning",
+    "rate-limit",
+    "fail",
+    "exit",
+    "crash",
+    "false-completion",
+    "garbage",
+    "invalid-utf8",
+    "huge",
+    "burst",
+    "stderr",
+}
 PARAMS = {"text", "old", "new", "all", "options", "seconds", "timeout", "retries", "status"}
 TERMINAL = {"rate-limit", "fail", "exit", "crash", "false-completion"}  # nothing runs after these
 NO_CALL = {"burst", "garbage", "invalid-utf8", "stderr", "api-retry", "rate-warning", "crash"}

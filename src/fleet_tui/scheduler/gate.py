@@ -132,8 +132,9 @@ def _rate_limit_gate(coder: str, cfg: GateConfig, inp: GateInputs) -> Decision |
     return None
 
 
-def decide(task: Task, coder: str, cfg: GateConfig, inp: GateInputs, mem: MemoryModel,
-           account: str | None = None) -> Decision:
+def decide(
+    task: Task, coder: str, cfg: GateConfig, inp: GateInputs, mem: MemoryModel, account: str | None = None
+) -> Decision:
     """The first failing gate's reason, or ``Decision(ok=True)``. Order: ``GATE_ORDER``.
 
     ``coder`` is the task's resolved coder (``resolve_coder``). The gate does not look at the

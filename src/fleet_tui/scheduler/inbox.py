@@ -35,8 +35,9 @@ class InboxError(ValueError):
     """A question that cannot be asked (empty text); the message says what is wrong."""
 
 
-def ask(store: Store, task_id: str, attempt: int, text: str, options: Sequence[str] | None,
-        now: float) -> Question:
+def ask(
+    store: Store, task_id: str, attempt: int, text: str, options: Sequence[str] | None, now: float
+) -> Question:
     """Store a pending question of ``task_id``'s attempt ``attempt`` and return it.
 
     The text is trimmed and capped, options are trimmed, de-duplicated and capped; nothing is
@@ -115,8 +116,9 @@ _ESC_SEQ = r"\x1b[\x20-\x2f]*[\x30-\x7e]?"
 _ESCAPES = re.compile(f"{_STRING_SEQ}|{_CSI_SEQ}|{_ESC_SEQ}")
 # C0 controls except TAB and LF, DEL, C1 controls; bidi embeddings/overrides/isolates and the
 # line/paragraph separators (U+2028/9), which can make displayed text differ from its meaning.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\u200e\u200f"
-                       "\u061c\ufff9-\ufffb]")
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\u200e\u200f\u061c\ufff9-\ufffb]"
+)
 
 
 def sanitize_for_display(text: str | None, *, one_line: bool = False, limit: int | None = None) -> str:

@@ -73,20 +73,25 @@ judgement only if that is safe and reversible, otherwise stop and explain what y
 
 def no_answer_text(timeout_s: float) -> str:
     """The tool result when nobody answered within ``timeout_s``."""
-    return (f"No answer from a person within {_duration(timeout_s)}. Proceed with your best judgement "
-            "if it is safe, or stop and explain what you need.")
+    return (
+        f"No answer from a person within {_duration(timeout_s)}. Proceed with your best judgement "
+        "if it is safe, or stop and explain what you need."
+    )
 
 
 CANCELLED_TEXT = "The question was cancelled (the task was stopped)"
-GONE_TEXT = ("The question was removed from the fleet's store; nobody will answer it. "
-             "Stop and explain what you need.")
+GONE_TEXT = (
+    "The question was removed from the fleet's store; nobody will answer it. Stop and explain what you need."
+)
 
 
 def outside_fleet_text(missing: list[str]) -> str:
-    return ("ask_human is not available: this MCP server was started outside fleet-tui (the environment "
-            f"lacks {', '.join(missing)}), so no person can see the question. It works only in an agent run "
-            "started by fleet-tui, which sets FLEET_HOME/FLEET_STORE, FLEET_TASK_ID and FLEET_ATTEMPT. "
-            "Continue without asking, or stop and explain what you need.")
+    return (
+        "ask_human is not available: this MCP server was started outside fleet-tui (the environment "
+        f"lacks {', '.join(missing)}), so no person can see the question. It works only in an agent run "
+        "started by fleet-tui, which sets FLEET_HOME/FLEET_STORE, FLEET_TASK_ID and FLEET_ATTEMPT. "
+        "Continue without asking, or stop and explain what you need."
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -131,12 +136,18 @@ def load_env(environ: Mapping[str, str]) -> AskEnv | str:
         except ValueError:
             timeout = -1.0
         if not (0 < timeout < float("inf")):
-            log.warning("FLEET_QUESTION_TIMEOUT_S=%r is not a positive number; using %gs", raw,
-                        DEFAULT_TIMEOUT_S)
+            log.warning(
+                "FLEET_QUESTION_TIMEOUT_S=%r is not a positive number; using %gs", raw, DEFAULT_TIMEOUT_S
+            )
             timeout = DEFAULT_TIMEOUT_S
     home = environ.get("FLEET_HOME") or os.path.dirname(environ.get("FLEET_STORE", "")) or "."
-    return AskEnv(home=home, store_url=environ.get("FLEET_STORE") or None, task_id=environ["FLEET_TASK_ID"],
-                  attempt=attempt, timeout_s=timeout)
+    return AskEnv(
+        home=home,
+        store_url=environ.get("FLEET_STORE") or None,
+        task_id=environ["FLEET_TASK_ID"],
+        attempt=attempt,
+        timeout_s=timeout,
+    )
 
 
 Progress = Callable[[float, str], Awaitable[None]]
@@ -145,10 +156,17 @@ Progress = Callable[[float, str], Awaitable[None]]
 class Asker:
     """Stores a question and waits for its outcome; independent of MCP so it can be tested alone."""
 
-    def __init__(self, env: AskEnv, *, store_factory: Callable[[str | None, str], Store] = open_store,
-                 poll_s: float = POLL_S, task_check_s: float = TASK_CHECK_S, progress_s: float = PROGRESS_S,
-                 clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        env: AskEnv,
+        *,
+        store_factory: Callable[[str | None, str], Store] = open_store,
+        poll_s: float = POLL_S,
+        task_check_s: float = TASK_CHECK_S,
+        progress_s: float = PROGRESS_S,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.env = env
         self._store_factory = store_factory
         self._store: Store | None = None
@@ -160,8 +178,9 @@ class Asker:
         async with self._lock:
             if self._store is None:
                 try:
-                    self._store = await anyio.to_thread.run_sync(self._store_factory, self.env.store_url,
-                                                                  self.env.home)
+                    self._store = await anyio.to_thread.run_sync(
+                        self._store_factory, self.env.store_url, self.env.home
+                    )
                 except (StoreError, OSError) as e:
                     where = self.env.store_url or self.env.home
                     raise AskError(f"ask_human cannot open the fleet's store ({where}): {e}") from e
@@ -172,22 +191,31 @@ class Asker:
             self._store.close()
             self._store = None
 
-    async def ask(self, question: str, options: list[str] | None = None,
-                  progress: Progress | None = None) -> str:
+    async def ask(
+        self, question: str, options: list[str] | None = None, progress: Progress | None = None
+    ) -> str:
         """Store the question, wait for it to be answered / cancelled / expired, return the text."""
         store = await self.store()
         env = self.env
         task = await anyio.to_thread.run_sync(store.get_task, env.task_id)
         if task is None:
-            raise AskError(f"ask_human: task {env.task_id!r} is not in the fleet's store; nobody would see "
-                           "the question. Continue without asking, or stop and explain what you need.")
+            raise AskError(
+                f"ask_human: task {env.task_id!r} is not in the fleet's store; nobody would see "
+                "the question. Continue without asking, or stop and explain what you need."
+            )
         try:
-            q = await anyio.to_thread.run_sync(inbox.ask, store, env.task_id, env.attempt, question, options,
-                                               self.clock())
+            q = await anyio.to_thread.run_sync(
+                inbox.ask, store, env.task_id, env.attempt, question, options, self.clock()
+            )
         except inbox.InboxError as e:
             raise AskError(str(e)) from e
-        log.info("question %s of task %s attempt %d stored; waiting up to %gs", q.id, env.task_id,
-                 env.attempt, env.timeout_s)
+        log.info(
+            "question %s of task %s attempt %d stored; waiting up to %gs",
+            q.id,
+            env.task_id,
+            env.attempt,
+            env.timeout_s,
+        )
         try:
             return await self._wait(store, q.id, progress)
         finally:
@@ -253,16 +281,31 @@ def build_server(environ: Mapping[str, str] | None = None, **asker_kw: Any) -> A
 
     loaded = load_env(os.environ if environ is None else environ)
     asker = Asker(loaded, **asker_kw) if isinstance(loaded, AskEnv) else None
-    server = MCPServer(SERVER_NAME, instructions="Ask the person supervising this fleet-tui run a question.",
-                       log_level="WARNING")
+    server = MCPServer(
+        SERVER_NAME,
+        instructions="Ask the person supervising this fleet-tui run a question.",
+        log_level="WARNING",
+    )
 
-    @server.tool(name=TOOL_NAME, title="Ask a human", description=TOOL_DESCRIPTION, structured_output=False,
-                 annotations=ToolAnnotations(title="Ask a human", read_only_hint=True, destructive_hint=False,
-                                             idempotent_hint=False, open_world_hint=True))
+    @server.tool(
+        name=TOOL_NAME,
+        title="Ask a human",
+        description=TOOL_DESCRIPTION,
+        structured_output=False,
+        annotations=ToolAnnotations(
+            title="Ask a human",
+            read_only_hint=True,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=True,
+        ),
+    )
     async def ask_human(
         question: Annotated[str, Field(description="The question, with what the person needs to decide it.")],
-        options: Annotated[list[str] | None, Field(
-            description="Possible answers when it is a choice (the person may still answer freely).")] = None,
+        options: Annotated[
+            list[str] | None,
+            Field(description="Possible answers when it is a choice (the person may still answer freely)."),
+        ] = None,
         ctx: Context | None = None,
     ) -> str:
         if asker is None:
@@ -286,8 +329,9 @@ def main() -> int:
     level = os.environ.get("FLEET_MCP_LOG_LEVEL", "WARNING").upper()
     if level not in logging.getLevelNamesMapping():
         level = "WARNING"
-    logging.basicConfig(stream=sys.stderr, level=level,
-                        format="fleet-tui mcp-ask-human: %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=level, format="fleet-tui mcp-ask-human: %(levelname)s %(name)s: %(message)s"
+    )
     loaded = load_env(os.environ)
     if isinstance(loaded, str):
         log.warning("%s", loaded)

@@ -136,9 +136,16 @@ class Pool:
 class PgBase:
     """Opening, pooling, transactions and the change marker of a PostgresStore."""
 
-    def __init__(self, url: str, *, schema: str | None = None, pool_size: int = 8,
-                 fallback_s: float | None = 3.0, connect_timeout_s: int = 10,
-                 idle_tx_timeout_s: float | None = IDLE_TX_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 8,
+        fallback_s: float | None = 3.0,
+        connect_timeout_s: int = 10,
+        idle_tx_timeout_s: float | None = IDLE_TX_TIMEOUT_S,
+    ) -> None:
         target = ps.parse_url(url, schema)
         self._conninfo = target.conninfo
         self._timeout = connect_timeout_s
@@ -174,8 +181,10 @@ class PgBase:
             raise ps.explain_connect(e, self.url) from e
         if self._idle_tx_ms:
             try:
-                conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-                             (str(self._idle_tx_ms),))
+                conn.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                    (str(self._idle_tx_ms),),
+                )
             except psycopg.Error as e:
                 conn.close()
                 raise ps.explain(e, self.url) from e
@@ -219,9 +228,11 @@ class PgBase:
                     )
                 for v in range(current, ps.SCHEMA_VERSION):
                     conn.execute(q(ps.MIGRATIONS[v]))
-                conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
-                             " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                             (str(ps.SCHEMA_VERSION),))
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
+                    " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    (str(ps.SCHEMA_VERSION),),
+                )
             conn.execute(sql.SQL("SET search_path TO {}").format(ident))
         except psycopg.Error as e:
             raise ps.explain(e, self.url) from e

@@ -219,14 +219,25 @@ def explain_connect(e: Exception, url: str) -> StoreError:
             f"cannot open the store {url}: the database does not exist ({_last_line(msg)}). "
             "Create it (e.g. `createdb -h HOST -U USER DBNAME`) or fix the database name in --store"
         )
-    if "password authentication failed" in low or ("role" in low and "does not exist" in low) \
-            or "no password supplied" in low or "authentication" in low or "pg_hba.conf" in low:
+    if (
+        "password authentication failed" in low
+        or ("role" in low and "does not exist" in low)
+        or "no password supplied" in low
+        or "authentication" in low
+        or "pg_hba.conf" in low
+    ):
         return StoreError(
             f"cannot log in to the store {url}: {_last_line(msg)}. Check the user in --store and "
             "supply the password via ~/.pgpass or PGPASSWORD (pg_hba.conf must allow this host)"
         )
-    if "refused" in low or "could not connect" in low or "timeout" in low or "timed out" in low \
-            or "could not translate host name" in low or "no route" in low:
+    if (
+        "refused" in low
+        or "could not connect" in low
+        or "timeout" in low
+        or "timed out" in low
+        or "could not translate host name" in low
+        or "no route" in low
+    ):
         return StoreError(
             f"cannot reach the PostgreSQL server of the store {url}: {_last_line(msg)}. "
             "Start PostgreSQL (or fix host/port in --store) and check a firewall allows it"
