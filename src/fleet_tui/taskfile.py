@@ -40,7 +40,7 @@ NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
     "timeout_min", "stall_min", "max_retries", "requires", "budget_usd", "setup", "merge", "env",
-    "verify", "artifact",
+    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro",
 )  # fmt: skip
 VERIFY_KEYS: tuple[str, ...] = ("run", "agent", "model", "coder", "timeout_min")
 ARTIFACT_KEYS: tuple[str, ...] = ("path", "min_chars", "contains")
@@ -238,6 +238,18 @@ def _check_value(key: str, v: Any) -> str | None:
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             example = '["other-task"]' if key == "depends_on" else '["a", "b"]'
             return f"{key} must be an array of strings like {example}, {got}"
+    elif key == "sandbox" and v not in ("bwrap", "none"):
+        later = " (docker is not supported yet)" if v == "docker" else ""
+        return f'sandbox must be "bwrap" or "none", got {v!r}{later}'
+    elif key == "network" and not (
+        v in ("on", "none")
+        or (isinstance(v, list) and v and all(isinstance(x, str) and x.strip() and "/" not in x for x in v))
+    ):
+        return f'network must be "on", "none" or a list of host names like ["api.anthropic.com"], got {v!r}'
+    elif key in ("sandbox_rw", "sandbox_ro") and (
+        not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v)
+    ):
+        return f'{key} must be an array of paths like ["~/.cache/pip"], {got}'
     elif key == "merge" and v not in ("manual", "auto"):
         return f'merge must be "manual" or "auto", got {v!r}'
     elif key == "env":
@@ -479,6 +491,9 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
     for k, ver in enumerate(_entries(v.get("verify"))):
         if "coder" in ver and (msg := checks.coder(ver["coder"])):
             rep.err((*where["verify"], k, "coder"), f"verifier: {msg}")
+    for key in ("sandbox_rw", "sandbox_ro"):  # relative paths start at the file's folder, like cwd
+        if isinstance(v.get(key), list):
+            v[key] = [str((base / Path(x).expanduser()).resolve()) for x in v[key]]
     cwd_raw = v.get("cwd", ".")
     cwd = str((base / Path(cwd_raw).expanduser()).resolve())
     v["cwd"] = cwd
@@ -573,8 +588,17 @@ def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
         timeout_min=num("timeout_min"), stall_min=num("stall_min"), max_retries=v.get("max_retries"),
         requires=tuple(v.get("requires", ())), verify=tuple(verify), budget_usd=num("budget_usd"),
         setup=v.get("setup"), merge=v.get("merge", "manual"),
-        env=tuple(sorted(v.get("env", {}).items())), source=source,
+        env=tuple(sorted(v.get("env", {}).items())), source=source, sandbox=v.get("sandbox"),
+        network=_network(v.get("network")), sandbox_rw=tuple(v.get("sandbox_rw", ())),
+        sandbox_ro=tuple(v.get("sandbox_ro", ())),
     )  # fmt: skip
+
+
+def _network(value: Any) -> tuple[str, ...] | None:
+    """``network``: "on" (or absent) -> None, "none" -> (), a host list -> the hosts."""
+    if value is None or value == "on":
+        return None
+    return () if value == "none" else tuple(value)
 
 
 _POS_RE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
@@ -621,6 +645,13 @@ def validate_spec(
             table[key] = list(getattr(spec, key))
     if spec.env:
         table["env"] = dict(spec.env)
+    if spec.sandbox is not None:
+        table["sandbox"] = spec.sandbox
+    if spec.network is not None:
+        table["network"] = list(spec.network) or "none"
+    for key in ("sandbox_rw", "sandbox_ro"):
+        if getattr(spec, key):
+            table[key] = list(getattr(spec, key))
     fields_of = {"run": ("run", "timeout_min"), "agent": ("agent", "coder", "model", "timeout_min"),
                  "artifact": ("path", "min_chars", "contains")}  # fmt: skip
     for ver in spec.verify:
