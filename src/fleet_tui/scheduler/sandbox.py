@@ -154,18 +154,22 @@ def bwrap_argv(
     if os.geteuid() == 0:  # a privileged bwrap keeps capabilities unless told otherwise
         out += ["--cap-drop", "ALL"]
     out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/dev/shm"]
+    frozen: list[str] = []  # hidden folders: empty and read-only once what they hold came back
     for kind, src, dest in mounts(policy, sockets_dir):
         if kind == "tmpfs":
             out += ["--tmpfs", dest]
         elif kind == "hide":
             if os.path.isdir(dest):
                 out += ["--tmpfs", dest]
+                frozen.append(dest)
             elif os.path.lexists(dest):
                 out += ["--ro-bind", "/dev/null", dest]
         elif kind == "ro":
             out += ["--ro-bind-try", src, dest]
         else:
             out += ["--bind-try", src, dest]
+    for dest in frozen:
+        out += ["--remount-ro", dest]
     out += ["--setenv", "TMPDIR", "/tmp"]
     for name in DROP_ENV:
         out += ["--unsetenv", name]
