@@ -128,7 +128,9 @@ def test_secrets_are_not_visible(box: Box) -> None:
 
 
 def test_readonly_reviewer_cannot_write_the_worktree(box: Box) -> None:
-    p = box.run(box.policy(readonly=True), "echo x > review.txt 2>/dev/null || echo RO; ls >/dev/null && echo LS")
+    p = box.run(
+        box.policy(readonly=True), "echo x > review.txt 2>/dev/null || echo RO; ls >/dev/null && echo LS"
+    )
     assert p.stdout.split() == ["RO", "LS"], (p.stdout, p.stderr)
     assert not (box.work / "review.txt").exists()
 
@@ -295,7 +297,9 @@ def test_task_file_keys(tmp_path: Path) -> None:
     for spec in (a, b, c):
         assert spec_from_json(spec_to_json(spec)) == spec
     bad = tmp_path / "bad.toml"
-    bad.write_text('[[task]]\nname = "a"\nprompt = "p"\nsandbox = "docker"\nnetwork = "off"\nsandbox_rw = "x"\n')
+    bad.write_text(
+        '[[task]]\nname = "a"\nprompt = "p"\nsandbox = "docker"\nnetwork = "off"\nsandbox_rw = "x"\n'
+    )
     errors = [str(e) for e in load_taskfile(bad, known_coders=()).errors]
     assert any(":4: sandbox must be" in e and "docker is not supported yet" in e for e in errors), errors
     assert any(":5: network must be" in e for e in errors), errors

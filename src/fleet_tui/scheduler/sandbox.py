@@ -209,7 +209,8 @@ def probe(bwrap: str | None = None) -> tuple[bool, str]:
     argv = [path, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-net"]
     if os.geteuid() == 0:
         argv += ["--cap-drop", "ALL"]
-    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--", "true"]
+    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--"]
+    argv += [os.path.realpath(sys.executable), "-I", "-S", "-c", ""]
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:

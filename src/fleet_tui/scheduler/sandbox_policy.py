@@ -50,9 +50,10 @@ def _real(p: str | Path) -> str:
     return os.path.realpath(os.path.expanduser(str(p)))
 
 
-def _git_paths(workdir: Path, branch: str | None) -> list[str]:
-    """What a commit on ``branch`` in the worktree ``workdir`` writes: its own git dir, the shared
-    object store, and the folders of its branch's ref and reflog."""
+def _git_paths(workdir: Path, branch: str | None) -> tuple[list[str], str | None]:
+    """What a commit on ``branch`` in the worktree ``workdir`` writes (its own git dir, the shared
+    object store, the folders of its branch's ref and reflog), and the repository's own checkout
+    (shown read-only)."""
     try:
         p = subprocess.run(
             ["git", "-C", str(workdir), "rev-parse", "--absolute-git-dir", "--git-common-dir"],
@@ -62,10 +63,10 @@ def _git_paths(workdir: Path, branch: str | None) -> list[str]:
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return []
+        return [], None
     lines = p.stdout.split("\n")
     if p.returncode != 0 or len(lines) < 2:
-        return []
+        return [], None
     gitdir = Path(lines[0])
     common = Path(lines[1]) if os.path.isabs(lines[1]) else (Path(workdir) / lines[1])
     out = [str(gitdir), str(common / "objects")]
@@ -73,7 +74,8 @@ def _git_paths(workdir: Path, branch: str | None) -> list[str]:
         parent = str(Path(branch).parent)
         sub = "" if parent == "." else parent
         out += [str(common / "refs" / "heads" / sub), str(common / "logs" / "refs" / "heads" / sub)]
-    return [_real(x) for x in out]
+    checkout = _real(common.parent) if common.name == ".git" else None
+    return [_real(x) for x in out], checkout
 
 
 def _under(path: str, roots: Iterable[str]) -> bool:
@@ -106,7 +108,9 @@ def build_policy(
     if not readonly:
         writable.append(wd)
         if in_worktree:
-            writable += _git_paths(Path(wd), git_branch)
+            git_rw, checkout = _git_paths(Path(wd), git_branch)
+            writable += git_rw
+            readable += [checkout] if checkout else []
     else:
         readable.append(wd)
     # the coder's per-run config folders (made by its prepare step) stay writable; the run
