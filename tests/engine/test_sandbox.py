@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.server
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -266,10 +265,8 @@ def test_a_missing_bwrap_is_reported_with_how_to_install(tmp_path: Path) -> None
 def test_the_ask_human_relay_reaches_the_broker_outside(box: Box) -> None:
     """The relay inside the sandbox is the agent's "server"; the broker runs the real command
     outside with its own environment (here: a cat that echoes what the relay sent)."""
-    policy = box.policy(
-        mcp_command=[sys.executable, "-c", "import os, sys; sys.stdout.write(os.environ['SECRET_ENV'] + sys.stdin.read())"],
-        mcp_env={"SECRET_ENV": "from-outside:"},
-    )  # fmt: skip
+    echo = "import os, sys; sys.stdout.write(os.environ['SECRET_ENV'] + sys.stdin.read())"
+    policy = box.policy(mcp_command=[sys.executable, "-c", echo], mcp_env={"SECRET_ENV": "from-outside:"})
     relay = " ".join(sb.mcp_relay_command())
     p = box.run(policy, f"echo hello | {relay}; cat {box.run_dir}/sandbox.json | wc -c")
     lines = p.stdout.split()
