@@ -108,6 +108,21 @@ def test_writes_only_where_the_policy_allows(box: Box) -> None:
     assert not Path("/tmp/scratch").exists()  # /tmp is the sandbox's own
 
 
+def test_the_coders_state_folders_in_home_stay_writable(box: Box) -> None:
+    (box.home / ".claude").mkdir()
+    (box.home / ".claude.json").write_text("{}")
+    policy = box.policy(state_dirs=["~/.claude", "~/.claude.json", "~/.local/share/opencode"])
+    p = box.run(
+        policy,
+        f"echo s > {box.home}/.claude/session && echo '{{\"a\": 1}}' > {box.home}/.claude.json && echo OK; "
+        f"echo x > {box.home}/other 2>/dev/null || echo HOME-denied",
+    )
+    assert p.stdout.split() == ["OK", "HOME-denied"], (p.stdout, p.stderr)
+    assert (box.home / ".claude" / "session").read_text() == "s\n"
+    assert (box.home / ".claude.json").read_text() == '{"a": 1}\n'
+    assert not (box.home / ".local").exists()  # a state folder the user lacks is not created
+
+
 def test_an_unlisted_checkout_is_not_even_visible(box: Box) -> None:
     p = box.run(box.policy(), f"ls {box.other} 2>&1 || echo OTHER-invisible")
     assert "OTHER-invisible" in p.stdout, p.stdout

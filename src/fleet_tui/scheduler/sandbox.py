@@ -353,14 +353,24 @@ def _listen_unix(path: str) -> socket.socket:
     return s
 
 
-def _ask_conn(conn: socket.socket, policy: Policy, children: list[subprocess.Popen[bytes]]) -> None:
-    """One ask_human session: the real server runs here, outside, on the connection as its stdio."""
+def _ask_conn(
+    conn: socket.socket, policy: Policy, log_path: str, children: list[subprocess.Popen[bytes]]
+) -> None:
+    """One ask_human session: the real server runs here, outside, on the connection as its stdio;
+    its stderr goes to ``ask_human.log`` next to the run (an agent keeps its MCP servers' stderr
+    to itself too, so the run's own stderr stays the agent's)."""
     env = dict(os.environ)
     env.update(dict(policy.mcp_env))
     try:
-        p = subprocess.Popen(
-            list(policy.mcp_command), stdin=conn.fileno(), stdout=conn.fileno(), env=env, cwd=policy.workdir
-        )
+        with open(log_path, "ab") as log:
+            p = subprocess.Popen(
+                list(policy.mcp_command),
+                stdin=conn.fileno(),
+                stdout=conn.fileno(),
+                stderr=log,
+                env=env,
+                cwd=policy.workdir,
+            )
         children.append(p)
     except OSError as e:
         sys.stderr.write(f"fleet-tui sandbox: cannot start ask_human: {e}\n")
@@ -390,6 +400,7 @@ def launch(policy_file: str, argv: list[str]) -> int:
         sys.stderr.write(f"fleet-tui sandbox: bwrap not found; {INSTALL_HINT}\n")
         return 126
     sockets_dir = tempfile.mkdtemp(prefix="fleet-sb-")
+    ask_log = os.path.join(os.path.dirname(os.path.abspath(policy_file)), "ask_human.log")
     children: list[subprocess.Popen[bytes]] = []
     listeners: list[socket.socket] = []
     try:
@@ -397,7 +408,7 @@ def launch(policy_file: str, argv: list[str]) -> int:
             ask = _listen_unix(os.path.join(sockets_dir, "ask.sock"))
             listeners.append(ask)
             threading.Thread(
-                target=_serve, args=(ask, lambda c: _ask_conn(c, policy, children)), daemon=True
+                target=_serve, args=(ask, lambda c: _ask_conn(c, policy, ask_log, children)), daemon=True
             ).start()
         if policy.network:
             prox = _listen_unix(os.path.join(sockets_dir, "proxy.sock"))

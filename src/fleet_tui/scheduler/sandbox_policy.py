@@ -119,15 +119,8 @@ def build_policy(
         writable += [_real(e.path) for e in os.scandir(rd) if e.is_dir(follow_symlinks=False)]
     if home:
         readable.append(home)
-        for d in state_dirs:
-            p = _real(home + d[1:] if d.startswith("~") else d)
-            if d.endswith("/") and not os.path.lexists(p):
-                # a state folder the CLI would create on first use: create it now (HOME is read-only)
-                try:
-                    os.makedirs(p, exist_ok=True)
-                except OSError:
-                    pass
-            writable.append(p)
+        # the CLI's own state (a login, sessions) where the user has it; nothing is created in HOME
+        writable += [_real(home + d[1:] if d.startswith("~") else d) for d in state_dirs]
         for other in ("/home", "/root"):  # other users' homes (ours comes back read-only above)
             if os.path.isdir(other) and _real(other) != home:
                 hidden.append(_real(other))
