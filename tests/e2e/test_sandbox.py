@@ -253,3 +253,38 @@ def test_doctor_and_validate_know_the_keys(tmp_path: Path) -> None:
         text=True,
     )
     assert p.returncode == 1 and "tasks.toml:4: sandbox must be" in p.stderr + p.stdout, p
+
+
+def test_verifiers_and_reviewers_run_in_the_sandbox(tmp_path: Path) -> None:
+    """A ``run`` verifier gets the task's sandbox (the worktree writable, HOME not); an ``agent``
+    reviewer gets a read-only one (its attempt to write is refused, and it still answers)."""
+    uhome = user_home(tmp_path)
+    home = sandboxed_home(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "tasks.toml").write_text(
+        f"""
+[[task]]
+name = "checked"
+coder = "shell"
+cwd = "work"
+command = "echo built > out.txt"
+  [[task.verify]]
+  run = "echo verified >> out.txt && ! touch {uhome}/from-verifier 2>/dev/null"
+  [[task.verify]]
+  agent = "@sim write=review.txt text=x\\n@sim say=PASS"
+  coder = "sim"
+"""
+    )
+    env = fleet_env(home, HOME=str(uhome))
+    fleet(home, "load", str(tmp_path / "tasks.toml"), env=env)
+    fleet(home, "run", "--until-idle", env=env)
+    t = by_name(home)["checked"]
+    assert t["status"] == "done", t
+    assert (work / "out.txt").read_text() == "built\nverified\n"
+    assert not (uhome / "from-verifier").exists()
+    assert not (work / "review.txt").exists()  # the reviewer could not write
+    reviews = home / "tasks" / t["id"] / "reviews" / "1"
+    assert (reviews / "sandbox.json").exists()
+    out = (reviews / "stdout.jsonl").read_text()
+    assert "Read-only file system" in out, out[-2000:]

@@ -110,14 +110,17 @@ def test_writes_only_where_the_policy_allows(box: Box) -> None:
 
 def test_the_coders_state_folders_in_home_stay_writable(box: Box) -> None:
     (box.home / ".claude").mkdir()
+    (box.home / ".claude" / "settings.json").write_text("{}")
     (box.home / ".claude.json").write_text("{}")
     policy = box.policy(state_dirs=["~/.claude", "~/.claude.json", "~/.local/share/opencode"])
     p = box.run(
         policy,
         f"echo s > {box.home}/.claude/session && echo '{{\"a\": 1}}' > {box.home}/.claude.json && echo OK; "
-        f"echo x > {box.home}/other 2>/dev/null || echo HOME-denied",
+        f"echo x > {box.home}/other 2>/dev/null || echo HOME-denied; "
+        f"echo hooks > {box.home}/.claude/settings.json 2>/dev/null || echo SETTINGS-denied",
     )
-    assert p.stdout.split() == ["OK", "HOME-denied"], (p.stdout, p.stderr)
+    assert p.stdout.split() == ["OK", "HOME-denied", "SETTINGS-denied"], (p.stdout, p.stderr)
+    assert (box.home / ".claude" / "settings.json").read_text() == "{}"
     assert (box.home / ".claude" / "session").read_text() == "s\n"
     assert (box.home / ".claude.json").read_text() == '{"a": 1}\n'
     assert not (box.home / ".local").exists()  # a state folder the user lacks is not created

@@ -24,6 +24,13 @@ from pathlib import Path
 from fleet_tui.scheduler import sandbox as sb
 from fleet_tui.scheduler.model import Task, TaskSpec
 
+#: entries of a coder's state folder that decide what its later runs do: read-only in a sandbox
+STATE_CONFIG = (
+    "settings.json", "settings.local.json", "CLAUDE.md", "AGENTS.md", "GEMINI.md", "commands",
+    "agents", "hooks", "plugins", "skills", "output-styles", "config.toml", "config.json",
+    "opencode.json", "opencode.jsonc", "mcp.json", "extensions",
+)  # fmt: skip
+
 
 class SandboxUnavailable(RuntimeError):
     """The task asks for a sandbox this machine cannot give; the message says why and how to fix."""
@@ -119,8 +126,13 @@ def build_policy(
         writable += [_real(e.path) for e in os.scandir(rd) if e.is_dir(follow_symlinks=False)]
     if home:
         readable.append(home)
-        # the CLI's own state (a login, sessions) where the user has it; nothing is created in HOME
-        writable += [_real(home + d[1:] if d.startswith("~") else d) for d in state_dirs]
+        # the CLI's own state (a login, sessions) where the user has it; nothing is created in HOME.
+        # What in it configures later runs (settings, hooks, commands) stays read-only: an agent
+        # must not plant a hook that the user's next, unsandboxed session would run.
+        for d in state_dirs:
+            p = _real(home + d[1:] if d.startswith("~") else d)
+            writable.append(p)
+            readable += [os.path.join(p, name) for name in STATE_CONFIG if os.path.isdir(p)]
         for other in ("/home", "/root"):  # other users' homes (ours comes back read-only above)
             if os.path.isdir(other) and _real(other) != home:
                 hidden.append(_real(other))
