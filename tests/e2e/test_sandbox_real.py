@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,46 @@ def test_codex_completes_a_task_in_the_sandbox_and_asks_a_human(tmp_path: Path) 
     shell_out = json.dumps(function_outputs(calls[1]))
     assert "HOME-DENIED" in shell_out and "NO-KEY" in shell_out and "PRIVATE KEY" not in shell_out, shell_out
     assert any(ANSWER in json.dumps(function_outputs(c)) for c in calls)
+
+
+def test_claude_reaches_only_its_allowlisted_api(tmp_path: Path) -> None:
+    """``network = ["fakeapi.test"]``: Claude Code's API calls go through the sandbox's proxy to
+    the fake API, named in this test's own hosts file (the engine runs in a mount namespace of the
+    test's, made with bwrap); the same server by its address is refused, directly or by proxy."""
+    require_program("claude")
+    box = Boxed(tmp_path)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n127.0.0.1 fakeapi.test\n")
+    port: dict[str, str] = {}
+
+    def probe(req: Request) -> ToolCall:
+        target = f"http://127.0.0.1:{port['n']}/"
+        return ToolCall(
+            "Bash",
+            {"command": f"curl -s -o /dev/null -w 'direct=%{{http_code}} ' --noproxy '*' {target}; "
+                        f"curl -s -o /dev/null -w 'proxied=%{{http_code}}' {target}"},
+        )  # fmt: skip
+
+    with serve_anthropic([probe, Text("Tried both routes.")]) as (url, rec):
+        port["n"] = url.rstrip("/").rsplit(":", 1)[1]
+        box.env.update(ANTHROPIC_BASE_URL=f"http://fakeapi.test:{port['n']}", ANTHROPIC_API_KEY="sk-ant-fake",
+                       ANTHROPIC_AUTH_TOKEN="", CLAUDE_CODE_OAUTH_TOKEN="")  # fmt: skip
+        (tmp_path / "tasks.toml").write_text(
+            '[[task]]\nname = "fenced"\ncoder = "claude"\ncwd = "work"\nprompt = "Try the network"\n'
+            'network = ["fakeapi.test"]\n'
+        )
+        box("load", str(tmp_path / "tasks.toml"))
+        own_hosts = ["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(hosts), "/etc/hosts", "--"]
+        run = subprocess.run(
+            [*own_hosts, sys.executable, "-m", "fleet_tui", "--home", str(box.home), "run", "--until-idle"],
+            env=box.env,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        assert run.returncode == 0, run.stderr
+        calls = rec.model_requests()
+    box.done("fenced")
+    assert len(calls) == 2  # both model calls went through the proxy to fakeapi.test
+    (result,) = [e for e in box.events("fenced") if e["kind"] == "tool_result"]
+    assert (result.get("text") or "").strip() == "direct=000 proxied=403", result
