@@ -142,6 +142,9 @@ def test_secrets_are_not_visible(box: Box) -> None:
     # a task that names a secret folder itself gets it (read-only)
     q = box.run(box.policy(extra_ro=[str(box.home / ".ssh")]), f"cat {box.home}/.ssh/id_*")
     assert "PRIVATE KEY" in q.stdout, q.stderr
+    # ...but not through a broader grant
+    r = box.run(box.policy(extra_ro=[str(box.home)]), f"cat {box.home}/.ssh/id_* 2>/dev/null || echo HIDDEN")
+    assert r.stdout.split() == ["HIDDEN"], r.stdout
 
 
 def test_readonly_reviewer_cannot_write_the_worktree(box: Box) -> None:

@@ -134,7 +134,7 @@ def mounts(policy: Policy, sockets_dir: str | None) -> list[tuple[str, str, str]
     ops += [("ro", p, p) for p in (policy.python, policy.script)]
     ops += [("rw", p, p) for p in policy.writable]
     if sockets_dir:
-        ops.append(("rw", sockets_dir, INNER_SOCKETS))
+        ops.append(("ro", sockets_dir, INNER_SOCKETS))  # connecting needs no write access
     seen: set[tuple[str, str]] = set()
     unique = []
     for op in ops:

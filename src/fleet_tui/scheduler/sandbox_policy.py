@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from fleet_tui.scheduler import sandbox as sb
@@ -85,10 +85,6 @@ def _git_paths(workdir: Path, branch: str | None) -> tuple[list[str], str | None
     return [_real(x) for x in out], checkout
 
 
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
 def build_policy(
     *,
     workdir: Path,
@@ -144,8 +140,9 @@ def build_policy(
         writable += [_real(p) for p in extra_rw]
     secrets = [os.path.join(home, s) for s in sb.HOME_SECRETS] if home else []
     secrets += list(sb.SYSTEM_SECRETS)
-    # a secret the task names itself (sandbox_ro/rw) is shown; none is shown through a broader grant
-    hidden += [s for s in (_real(x) for x in secrets) if os.path.lexists(s) and not _under(s, extra)]
+    # a secret the task names itself (sandbox_ro/rw) is shown; none is shown through a broader
+    # grant (sandbox_ro = ["~"] still hides ~/.ssh; a path inside a secret comes back on its own)
+    hidden += [s for s in (_real(x) for x in secrets) if os.path.lexists(s) and s not in extra]
     hidden.append(os.path.join(rd, "sandbox.json"))  # the ask_human environment (the store's URL)
     runtime = {_real(sys.prefix), _real(sys.base_prefix), _real(Path(__file__).parents[2])}
     readable += sorted(runtime)
