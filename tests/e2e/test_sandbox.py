@@ -81,8 +81,11 @@ cwd = "repo"
 git_ref = "main"
 sandbox = "bwrap"
 command = "{probe}"
-env = {{ GIT_AUTHOR_NAME = "a", GIT_AUTHOR_EMAIL = "a@a", GIT_COMMITTER_NAME = "a",
-        GIT_COMMITTER_EMAIL = "a@a" }}
+  [task.env]
+  GIT_AUTHOR_NAME = "a"
+  GIT_AUTHOR_EMAIL = "a@a"
+  GIT_COMMITTER_NAME = "a"
+  GIT_COMMITTER_EMAIL = "a@a"
 """
     )
     env = fleet_env(home, HOME=str(uhome))

@@ -288,7 +288,9 @@ def test_the_ask_human_relay_reaches_the_broker_outside(box: Box) -> None:
     outside with its own environment (here: a cat that echoes what the relay sent)."""
     echo = "import os, sys; sys.stdout.write(os.environ['SECRET_ENV'] + sys.stdin.read())"
     env = {"SECRET_ENV": "from-outside:"}
-    policy = box.policy(mcp_command=[sys.executable, "-c", echo], mcp_env=env, network=())  # no network at all
+    policy = box.policy(
+        mcp_command=[sys.executable, "-c", echo], mcp_env=env, network=()
+    )  # no network at all
     relay = " ".join(sb.mcp_relay_command())
     p = box.run(policy, f"echo hello | {relay}; cat {box.run_dir}/sandbox.json | wc -c")
     lines = p.stdout.split()

@@ -143,7 +143,6 @@ def build_policy(
     # a secret the task names itself (sandbox_ro/rw) is shown; none is shown through a broader
     # grant (sandbox_ro = ["~"] still hides ~/.ssh; a path inside a secret comes back on its own)
     hidden += [s for s in (_real(x) for x in secrets) if os.path.lexists(s) and s not in extra]
-    hidden.append(os.path.join(rd, "sandbox.json"))  # the ask_human environment (the store's URL)
     runtime = {_real(sys.prefix), _real(sys.base_prefix), _real(Path(__file__).parents[2])}
     readable += sorted(runtime)
     return sb.Policy(
@@ -157,20 +156,9 @@ def build_policy(
     )
 
 
-def write_policy(policy: sb.Policy, run_dir: Path) -> Path:
-    """``run_dir/sandbox.json`` (private: the ask_human environment may carry the store's URL)."""
-    path = Path(run_dir) / "sandbox.json"
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(policy.to_json())
-    os.replace(tmp, path)
-    return path
-
-
 def wrap(policy: sb.Policy, run_dir: Path, argv: Sequence[str]) -> list[str]:
     """Write the policy next to the run and return the launcher command that runs ``argv`` in it."""
-    return sb.launcher_argv(str(write_policy(policy, run_dir)), list(argv))
+    return sb.write_launch(policy, list(argv), str(run_dir))
 
 
 def for_task(
