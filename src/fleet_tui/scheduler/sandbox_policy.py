@@ -1,10 +1,10 @@
 """From a task to its sandbox ``Policy``: which paths a sandboxed attempt, verifier or reviewer gets.
 
-Why it exists apart from ``sandbox.py``: that module runs as a bare script (standard library only),
-while deciding the policy needs the fleet's own values — the config's default mode, the task's
-``sandbox``/``network``/``sandbox_rw``/``sandbox_ro`` keys, its git worktree and the coder's
-declared state folders. The result is a frozen ``Policy`` written next to the run
-(``sandbox.json``) for the launcher and for post-mortems.
+Why it exists apart from ``sandbox.py``: that module knows bwrap, not the fleet (it imports
+nothing of it), while deciding the policy needs the fleet's own values — the config's default
+mode, the task's ``sandbox``/``network``/``sandbox_rw``/``sandbox_ro`` keys, its git worktree and
+the coder's declared state folders. The result is a frozen ``Policy``, written next to the run
+(``sandbox.json``, for post-mortems) with the launcher's job (``sandbox.args``).
 
 What a sandboxed run may write: its working directory (not for a reviewer), the git folders a
 commit in its worktree touches, the subfolders of its own run folder (the coder's per-run
