@@ -279,6 +279,12 @@ def test_a_missing_bwrap_is_reported_with_how_to_install(tmp_path: Path) -> None
     finally:
         os.environ["PATH"] = saved
     assert not ok and "apt-get install bubblewrap" in detail, detail
+    # a bwrap that the kernel or the container refuses (as with user namespaces turned off)
+    refused = tmp_path / "bwrap"
+    refused.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    refused.chmod(0o755)
+    ok, detail = sb.probe(str(refused))
+    assert not ok and "setting up uid map" in detail and "unprivileged_userns_clone" in detail, detail
     with pytest.raises(sbp.SandboxUnavailable, match="not supported"):
         sbp.ensure_available("docker")
 
