@@ -183,7 +183,7 @@ def _load(ctx: Ctx, path: str) -> Any:
 
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{path}: no such file")
+        raise UserError(f"{path}: {'not a regular file' if p.exists() else 'no such file'}")
     names, available = _coder_tools()
     existing = ctx.store.task_names() if ctx.args.cmd == "load" else ()
     return load_taskfile(p, known_coders=names, existing_names=existing, coder_available=available)

@@ -361,6 +361,8 @@ def check_trusted(path: Path, what: str) -> None:
         return
     except OSError as e:
         raise ConfigError(f"cannot check {what} {path}: {e}") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise ConfigError(f"{path}: {what} is not a regular file ({real}): point it at a real file")
     current, top = real, True
     while True:
         if st.st_uid not in (uid, 0):
