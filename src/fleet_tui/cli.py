@@ -192,10 +192,10 @@ def _load(ctx: Ctx, path: str) -> Any:
 def cmd_validate(ctx: Ctx) -> int:
     res = _load(ctx, ctx.args.file)
     for w in res.warnings:
-        print(f"{w} (warning)", file=sys.stderr)
+        print(f"{clean(str(w))} (warning)", file=sys.stderr)
     if not res.ok:
         for e in res.errors:
-            print(str(e), file=sys.stderr)
+            print(clean(str(e)), file=sys.stderr)
         print(f"{len(res.errors)} problem(s); nothing queued", file=sys.stderr)
         return 1
     print(f"{ctx.args.file}: {len(res.specs)} task(s), no problems")
@@ -206,7 +206,7 @@ def cmd_load(ctx: Ctx) -> int:
     res = _load(ctx, ctx.args.file)
     if not res.ok:
         for e in res.errors:
-            print(str(e), file=sys.stderr)
+            print(clean(str(e)), file=sys.stderr)
         print(f"{len(res.errors)} problem(s); nothing queued", file=sys.stderr)
         return 1
     out = anyio.run(_controller(ctx).add, list(res.specs))
@@ -493,10 +493,11 @@ def cmd_doctor(ctx: Ctx) -> int:
         except Exception as e:
             ok, detail, ver = False, str(e), None
         mark = "ok " if ok else "-- "
-        print(f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}".rstrip())
+        line = f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}"
+        print(clean(line, one_line=True))
     try:
         st = ctx.store
-        print(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)")
+        print(clean(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)", one_line=True))
     except UserError as e:
         print(f"--  store: {e}")
         bad += 1

@@ -174,9 +174,11 @@ def test_read_only_commands_work_on_a_full_disk(tmpfs: Path) -> None:
 
 # -- 9: a bad --store is refused, never replaced by the home's fleet.db --------------------------------
 @pytest.mark.parametrize(
-    "url", ["mysql://u@h/db", "garbage", "sqlite://rel.db", "sqlite:///no/such/folder/x.db", "/tmp/x.db"]
+    "url",
+    ["mysql://u@h/db", "garbage", "sqlite://rel.db", "sqlite:///{tmp}/no/such/folder/x.db", "{tmp}/x.db"],
 )
 def test_bad_store_url_is_refused(tmp_path: Path, url: str) -> None:
+    url = url.format(tmp=tmp_path)
     home = tmp_path / "home"
     p = fleet(home, "--store", url, "add", "hello", "--coder", "sim", check=False)
     no_traceback(p)
@@ -443,3 +445,50 @@ def test_readonly_sqlite_open_writes_nothing(tmp_path: Path) -> None:
     assert (home / "fleet.db").read_bytes() == before
     with pytest.raises(sqlite3.Error):
         sqlite3.connect(f"file:{home}/nope.db?mode=ro", uri=True).execute("SELECT 1 FROM x")
+
+
+@pytest.mark.postgres
+def test_read_only_commands_work_with_a_read_only_postgres_role(tmp_path: Path) -> None:
+    """Opening a current PostgreSQL store takes no lock and writes nothing: a role that may only
+    read (a dashboard's, an auditor's) can run the read-only commands."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    from fleet_tui.scheduler.store import open_store
+
+    pg_url = os.environ.get("FLEET_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        psycopg.connect(pg_url, connect_timeout=3).close()
+    except psycopg.Error as e:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"PostgreSQL at {pg_url} is unreachable ({e}); set FLEET_TEST_PG_URL")
+    schema = f"fleet_test_{uuid.uuid4().hex[:12]}"
+    role = f"fleet_ro_{uuid.uuid4().hex[:8]}"
+    st = open_store(f"{pg_url}?schema={schema}", str(tmp_path))
+    st.add_tasks([TaskSpec(name="ro-task", prompt="p", cwd=str(tmp_path), coder="sim")], time.time())
+    st.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(role))
+        )
+        conn.execute(
+            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                sql.Identifier(schema), sql.Identifier(role)
+            )
+        )
+    try:
+        ro_url = pg_url.replace("postgres@", f"{role}@", 1) + f"?schema={schema}"
+        home = tmp_path / "home"
+        for args in (("status",), ("questions",), ("hosts",), ("logs", "ro-task")):
+            p = fleet(home, "--store", ro_url, *args, check=False)
+            assert p.returncode == 0, (args, p.stderr)
+        assert "ro-task" in fleet(home, "--store", ro_url, "status").stdout
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

@@ -90,3 +90,46 @@ def test_a_huge_tool_input_is_capped_in_its_event() -> None:
     for e in ClaudeNormalizer("t", 1).feed(result, 2.0):
         assert len(e.text or "") < EVENT_FIELD_CAP + 100
         assert len(json.dumps(e.raw, default=str)) < EVENT_FIELD_CAP + 1024
+
+
+PREPARE = """
+import sys
+from pathlib import Path
+from fleet_tui.coders.base import AttemptContext, get_coder
+from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.states import TaskStatus
+
+tmp = Path(sys.argv[2])
+task = Task(id="t1", spec=TaskSpec(name="t", prompt="p"), status=TaskStatus.RUNNING)
+ctx = AttemptContext(task=task, attempt=1, prompt="p", workdir=tmp, attempt_dir=tmp / "a", home=tmp / "h")
+get_coder(sys.argv[1]).prepare(ctx)
+print("prepared")
+"""
+
+
+def test_a_user_config_at_dev_zero_is_not_read(tmp_path: Path) -> None:
+    """~/.gemini/settings.json or $CODEX_HOME/config.toml pointing at /dev/zero (or a huge file):
+    the coder prepares its run without the user's layer, in bounded memory."""
+    import resource
+
+    gem = tmp_path / "g" / ".gemini"
+    gem.mkdir(parents=True)
+    (gem / "settings.json").symlink_to("/dev/zero")
+    codex = tmp_path / "codex"
+    codex.mkdir()
+    (codex / "config.toml").write_bytes(b"# " + b"x" * (64 << 20) + b"\n")  # 64 MB of comment
+    env = {**os.environ, "GEMINI_CLI_HOME": str(tmp_path / "g"), "CODEX_HOME": str(codex)}
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    for coder in ("gemini", "codex"):
+        p = subprocess.run(
+            [sys.executable, "-c", PREPARE, coder, str(tmp_path / coder)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            preexec_fn=limit,
+        )
+        assert p.returncode == 0 and "prepared" in p.stdout, (coder, p.stderr[-500:])

@@ -120,6 +120,25 @@ def _size_over(value: Any, budget: int) -> int:
     return budget
 
 
+#: the largest user config file a coder reads to build its per-run layer
+MAX_USER_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def read_user_config(path: Path) -> str:
+    """A user's CLI config file as text, read with a cap: a path to /dev/zero, a FIFO or a huge
+    file raises ValueError instead of hanging or filling the engine's memory (callers then run
+    without the user's layer, as for an unreadable file). OSError when it cannot be read."""
+    import stat
+
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path} is not a regular file")
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_USER_CONFIG_BYTES + 1)
+    if len(data) > MAX_USER_CONFIG_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_USER_CONFIG_BYTES >> 20} MiB")
+    return data.decode("utf-8")
+
+
 def cap_text(text: str, cap: int = EVENT_FIELD_CAP) -> str:
     if len(text) <= cap:
         return text
