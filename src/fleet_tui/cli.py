@@ -61,7 +61,7 @@ class Ctx:
         """Create the home (private: 0700) when missing, and refuse one another user can write."""
         if self._home_ready:
             return
-        from fleet_tui.config import ConfigError, check_trusted
+        from fleet_tui.trust import TrustError, check_trusted
 
         try:
             if not self.home.is_dir():
@@ -73,7 +73,7 @@ class Ctx:
                     self.home.chmod(0o700)
                 except OSError:
                     pass
-        except ConfigError as e:
+        except TrustError as e:
             raise UserError(str(e)) from e
         except OSError as e:
             raise UserError(
@@ -96,8 +96,8 @@ class Ctx:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from fleet_tui.config import ConfigError, check_trusted
             from fleet_tui.scheduler.store import StoreError, open_store
+            from fleet_tui.trust import TrustError, check_trusted
 
             url = getattr(self.args, "store", None) or os.environ.get("FLEET_STORE") or self.cfg.store
             try:
@@ -106,7 +106,7 @@ class Ctx:
                 self._store = open_store(
                     url, str(self.home), readonly=getattr(self.args, "cmd", None) in READONLY_COMMANDS
                 )
-            except (StoreError, ConfigError) as e:
+            except (StoreError, TrustError) as e:
                 raise UserError(str(e)) from e
             except OSError as e:
                 raise UserError(f"cannot use the fleet home {self.home}: {e}") from e
@@ -631,6 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fleet_tui.config import ConfigError
     from fleet_tui.scheduler.private import go_private
     from fleet_tui.scheduler.store import StoreError
+    from fleet_tui.trust import TrustError
 
     go_private()  # the home's files (prompts, outputs, per-run configs) are the user's alone
     args = build_parser().parse_args(argv)
@@ -638,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fn = COMMANDS.get(args.cmd or "", cmd_cockpit)
     try:
         return fn(ctx)
-    except (UserError, StoreError, ConfigError) as e:  # the store or config failing after open too
+    except (UserError, StoreError, ConfigError, TrustError) as e:  # also a store failing after open
         print(f"fleet-tui: {clean(str(e))}", file=sys.stderr)
         return 1
     except BrokenPipeError:

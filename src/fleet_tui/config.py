@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import stat
 import tempfile
 import tomllib
 from dataclasses import dataclass, fields
@@ -29,6 +28,7 @@ from typing import Any, Literal
 import tomlkit
 
 from fleet_tui.taskfile import did_you_mean, toml_key_lines
+from fleet_tui.trust import TrustError, check_trusted, read_capped
 
 __all__ = [
     "KEYS",
@@ -317,78 +317,6 @@ def format_value(value: Any) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading with a cap, and who may write what fleet-tui trusts
-
-
-def read_capped(path: Path, limit: int, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes.
-
-    Raises FileNotFoundError when it is missing, ConfigError when it is not a regular file (a
-    device such as /dev/zero, a FIFO) or is larger than ``limit``: such a path is a mistake, and
-    reading it whole would hang or fill memory."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{path}: the {what} is not a regular file: point it at a real file")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ConfigError(f"{path}: the {what} is larger than {limit // 1024} KiB: check the path")
-    return data
-
-
-def _user(uid: int) -> str:
-    try:
-        import pwd
-
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, ImportError):
-        return f"uid {uid}"
-
-
-def check_trusted(path: Path, what: str) -> None:
-    """Refuse ``path`` (and every folder above it) when another user could change it, as ssh does.
-
-    fleet-tui runs what its home says (a config's ``worktree_setup``, the tasks in its store) as
-    the user who starts it: a home or config another user can write would let that user run
-    commands as this one (as root, for root). Allowed owners: this user and root; a folder above
-    may be writable by others only when it is sticky (like /tmp). A missing ``path`` is fine."""
-    uid = os.geteuid()
-    real = os.path.realpath(path)
-    try:
-        st = os.stat(real)
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise ConfigError(f"cannot check {what} {path}: {e}") from None
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-        raise ConfigError(f"{path}: {what} is not a regular file ({real}): point it at a real file")
-    current, top = real, True
-    while True:
-        if st.st_uid not in (uid, 0):
-            raise ConfigError(
-                f"refusing {what} {path}: {current} belongs to {_user(st.st_uid)}, not to you "
-                f"({_user(uid)}), who could make fleet-tui run commands as you. Use a home of your own "
-                f"(--home DIR), or if it is yours: chown {_user(uid)} {current}"
-            )
-        sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
-        if st.st_mode & 0o022 and (top or not sticky_dir):
-            raise ConfigError(
-                f"refusing {what} {path}: other users can write {current} "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}) and could make fleet-tui run commands as you. "
-                f"Fix it: chmod go-w {current}"
-            )
-        parent = os.path.dirname(current)
-        if parent == current:
-            return
-        current, top = parent, False
-        try:
-            st = os.stat(current)
-        except OSError as e:
-            raise ConfigError(f"cannot check {what} {path}: {e}") from None
-
-
-# --------------------------------------------------------------------------------------------
 # Loading
 
 
@@ -429,11 +357,13 @@ def load_config(path: Path) -> Config:
 
     Raises ConfigError listing every problem as ``file:line: message``.
     """
-    check_trusted(Path(path), "the config")
     try:
+        check_trusted(Path(path), "the config")
         text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
     except FileNotFoundError:
         return Config()
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from None
     return _parse(text, str(path))
@@ -488,9 +418,11 @@ def set_value(path: Path, key: str, value_str: str) -> None:
     """
     value = parse_value(key, value_str)
     path = Path(path)
-    check_trusted(path, "the config")
     try:
+        check_trusted(path, "the config")
         _set_value(path, key, value)
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
     except OSError as exc:
         why = exc.strerror or str(exc)
         raise ConfigError(
@@ -503,7 +435,7 @@ def _set_value(path: Path, key: str, value: Any) -> None:
         write_default(path)
     try:
         text = read_capped(path, MAX_CONFIG_BYTES, "config").decode("utf-8")
-    except UnicodeDecodeError as exc:
+    except (UnicodeDecodeError, TrustError) as exc:
         raise ConfigError(f"{path}: fix the file first, it is not UTF-8 text: {exc}") from None
     try:
         doc = tomlkit.parse(text)
@@ -608,7 +540,7 @@ class ConfigWatcher:
             return None, None
         except OSError as exc:
             return (0, 0, f"unreadable: {exc}"), None
-        except ConfigError as exc:
+        except TrustError as exc:
             return (0, 0, str(exc).removeprefix(f"{self.path}: ")), None
         return (st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest()), data.decode(
             "utf-8", errors="replace"

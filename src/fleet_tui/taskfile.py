@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import re
-import stat
 import subprocess
 import tomllib
 from collections.abc import Callable, Collection, Mapping
@@ -28,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+from fleet_tui.trust import TrustError, read_capped
 
 __all__ = [
     "TaskFileError",
@@ -373,18 +372,8 @@ class _Report:
         self.warnings.append(TaskFileError(self.file, self.line(at), msg))
 
 
-class _TooBig(Exception):
-    """A task file that is not a regular file, or is too large to be one."""
-
-
 def _read_taskfile(path: Path) -> str:
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise _TooBig("not a regular file: give the path of a tasks.toml")
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_TASKFILE_BYTES + 1)
-    if len(data) > MAX_TASKFILE_BYTES:
-        raise _TooBig(f"larger than {MAX_TASKFILE_BYTES >> 20} MiB: is this really a task file?")
-    return data.decode("utf-8")
+    return read_capped(path, MAX_TASKFILE_BYTES, "task file").decode("utf-8")
 
 
 def load_taskfile(
@@ -410,8 +399,8 @@ def load_taskfile(
         return TaskFileResult(errors=(TaskFileError(fname, 0, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
         return TaskFileResult(errors=(TaskFileError(fname, 0, f"cannot read the file: {exc}"),))
-    except _TooBig as exc:
-        return TaskFileResult(errors=(TaskFileError(fname, 0, str(exc)),))
+    except TrustError as exc:  # not a regular file, or too large to be a task file
+        return TaskFileResult(errors=(TaskFileError(fname, 0, str(exc).removeprefix(f"{path}: ")),))
     except tomllib.TOMLDecodeError as exc:
         line, what = _toml_error_position(str(exc), text)
         return TaskFileResult(errors=(TaskFileError(fname, line, f"bad TOML: {what}"),))

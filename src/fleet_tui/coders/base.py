@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Task
+from fleet_tui.trust import read_capped
 
 
 @dataclass(frozen=True)
@@ -126,17 +127,9 @@ MAX_USER_CONFIG_BYTES = 4 * 1024 * 1024
 
 def read_user_config(path: Path) -> str:
     """A user's CLI config file as text, read with a cap: a path to /dev/zero, a FIFO or a huge
-    file raises ValueError instead of hanging or filling the engine's memory (callers then run
-    without the user's layer, as for an unreadable file). OSError when it cannot be read."""
-    import stat
-
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError(f"{path} is not a regular file")
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_USER_CONFIG_BYTES + 1)
-    if len(data) > MAX_USER_CONFIG_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_USER_CONFIG_BYTES >> 20} MiB")
-    return data.decode("utf-8")
+    file raises ValueError (TrustError) instead of hanging or filling the engine's memory
+    (callers then run without the user's layer, as for an unreadable file)."""
+    return read_capped(path, MAX_USER_CONFIG_BYTES, "config").decode("utf-8")
 
 
 def cap_text(text: str, cap: int = EVENT_FIELD_CAP) -> str:
