@@ -219,6 +219,13 @@ def _check(key: str, value: Any) -> Any:
             raise ConfigError(
                 f"{key} must not be empty" + (" (use none to unset it)" if spec.optional else "")
             )
+        if key == "store":  # a typo must be refused here, not replaced by the home's fleet.db later
+            from fleet_tui.scheduler.store import StoreError, check_store_url
+
+            try:
+                check_store_url(value)
+            except StoreError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
     elif spec.kind == "bool":
         if not isinstance(value, bool):
             raise bad

@@ -186,6 +186,10 @@ def test_bad_store_url_is_refused(tmp_path: Path, url: str) -> None:
     assert not (home / "fleet.db").exists()  # nothing was queued in the home's store instead
     p = fleet(home, "--store", url, "status", check=False)
     no_traceback(p)
+    if not url.startswith("sqlite:///"):  # a URL no store can have is refused by `config set` too
+        p = fleet(home, "config", "set", "store", url, check=False)
+        no_traceback(p)
+        assert "store" in p.stderr
 
 
 # -- 14/15: other users can neither read nor take over a home --------------------------------------------
