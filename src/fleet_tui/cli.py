@@ -96,13 +96,13 @@ class Ctx:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from fleet_tui.scheduler.store import StoreError, open_store
+            from fleet_tui.scheduler.store import StoreError, open_store, sqlite_path
             from fleet_tui.trust import TrustError, check_trusted
 
             url = getattr(self.args, "store", None) or os.environ.get("FLEET_STORE") or self.cfg.store
             try:
-                if not url:
-                    check_trusted(self.home / "fleet.db", "the store")
+                if not url or url.startswith("sqlite:"):  # its tasks run as this user: trust it
+                    check_trusted(Path(sqlite_path(url)) if url else self.home / "fleet.db", "the store")
                 self._store = open_store(
                     url, str(self.home), readonly=getattr(self.args, "cmd", None) in READONLY_COMMANDS
                 )

@@ -276,6 +276,12 @@ def test_home_or_config_another_user_can_write_is_refused(open_dir: Path, other_
     no_traceback(p)
     assert "other users can write" in p.stderr
     home.chmod(0o700)
+    db = open_dir / "shared.db"  # a store file named by --store: its tasks would run as root too
+    shutil.copy(home / "fleet.db", db)
+    db.chmod(0o666)
+    p = fleet(home, "--store", f"sqlite:///{db}", "status", check=False)
+    no_traceback(p)
+    assert "refusing the store" in p.stderr and "chmod go-w" in p.stderr
     shutil.chown(home, user=other_user)
     p = fleet(home, "status", check=False)
     no_traceback(p)
