@@ -86,10 +86,20 @@ class Policy:
         return json.dumps(asdict(self), indent=1)
 
 
+def run_command(python: str, script: str, *args: str) -> list[str]:
+    """``sandbox_run.py ARGS`` the fast way: imported (its cached bytecode is used), not run as a
+    script (which is compiled on every start), in an isolated interpreter without ``site``."""
+    boot = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(script)!r}); import sandbox_run; "
+        "sys.exit(sandbox_run.main(sys.argv[1:]))"
+    )
+    return [python, "-I", "-S", "-c", boot, *args]
+
+
 def mcp_relay_command(python: str | None = None) -> tuple[str, ...]:
     """What a coder registers as the ask_human server inside a sandbox."""
     py = python or os.path.realpath(sys.executable)
-    return (py, "-I", "-S", RUN_SCRIPT, "mcp-relay", f"{INNER_SOCKETS}/ask.sock")
+    return tuple(run_command(py, RUN_SCRIPT, "mcp-relay", f"{INNER_SOCKETS}/ask.sock"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,7 +121,7 @@ def mounts(policy: Policy, sockets_dir: str | None) -> list[tuple[str, str, str]
     ops: list[tuple[str, str, str]] = [("tmpfs", "", "/tmp")]
     ops += [("hide", "", p) for p in policy.hidden]
     ops += [("ro", p, p) for p in policy.readable]
-    ops += [("ro", p, p) for p in (policy.python, policy.script)]
+    ops += [("ro", p, p) for p in (policy.python, os.path.dirname(policy.script))]
     ops += [("rw", p, p) for p in policy.writable]
     if sockets_dir:
         ops.append(("ro", sockets_dir, INNER_SOCKETS))  # connecting needs no write access
@@ -160,8 +170,8 @@ def bwrap_argv(
             out += ["--setenv", name, proxy]
         for name in ("NO_PROXY", "no_proxy"):
             out += ["--unsetenv", name]
-        inner = [policy.python, "-I", "-S", policy.script, "relay-tcp", str(PROXY_PORT),
-                 f"{INNER_SOCKETS}/proxy.sock", "--", *argv]  # fmt: skip
+        sock = f"{INNER_SOCKETS}/proxy.sock"
+        inner = run_command(policy.python, policy.script, "relay-tcp", str(PROXY_PORT), sock, "--", *argv)
     out += ["--chdir", policy.workdir, "--", *inner]
     return out
 
@@ -188,8 +198,7 @@ def write_launch(policy: Policy, argv: list[str], run_dir: str) -> list[str]:
 
 def launcher_argv(args_file: str, python: str | None = None) -> list[str]:
     """The launcher's command line (``sandbox_run.py launch ARGS_FILE``)."""
-    py = python or os.path.realpath(sys.executable)
-    return [py, "-I", "-S", RUN_SCRIPT, "launch", args_file]
+    return run_command(python or os.path.realpath(sys.executable), RUN_SCRIPT, "launch", args_file)
 
 
 # --------------------------------------------------------------------------------------------

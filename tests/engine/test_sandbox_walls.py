@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -297,7 +298,7 @@ def test_the_ask_human_relay_reaches_the_broker_outside(box: Box) -> None:
     policy = box.policy(
         mcp_command=[sys.executable, "-c", echo], mcp_env=env, network=()
     )  # no network at all
-    relay = " ".join(sb.mcp_relay_command())
+    relay = shlex.join(sb.mcp_relay_command())
     p = box.run(policy, f"echo hello | {relay}; cat {box.run_dir}/sandbox.json | wc -c")
     lines = p.stdout.split()
     assert lines[0] == "from-outside:hello", (p.stdout, p.stderr)

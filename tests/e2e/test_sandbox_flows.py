@@ -4,7 +4,7 @@ The shell and sim coders run in their worktree under ``sandbox = "bwrap"``: they
 branch but cannot touch the user's checkout, HOME, secrets or the fleet home; ask_human still
 reaches the store; kill, pause, adoption by a restarted engine and the fence of an unsupervised
 shim all hold for the sandboxed process tree; a task asking for a sandbox that cannot be had never
-starts. Tests of the sandbox's own walls are in tests/engine/test_sandbox.py.
+starts. Tests of the sandbox's own walls are in tests/engine/test_sandbox_walls.py.
 """
 
 from __future__ import annotations
