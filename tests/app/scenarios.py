@@ -345,3 +345,65 @@ def parked() -> FakeEngine:
 
 def make_app(engine: FakeEngine, **kw: object) -> FleetApp:
     return FleetApp(engine, title="fleet-tui", clock=lambda: NOW, **kw)  # type: ignore[arg-type]
+
+
+#: agent/verifier/git text that tries to drive the terminal: an OSC 52 clipboard write, an OSC 0
+#: title, a screen clear, an OSC 8 hyperlink, 8-bit C1 CSI/OSC, a bidi override and markup
+HOSTILE = (
+    "pwn\x1b]52;c;aGFja2Vk\x07 title\x1b]0;owned\x07 clear\x1b[2J "
+    "\x1b]8;;http://evil.example/\x1b\\link\x1b]8;;\x1b\\ c1\x9b31m osc\x9d0;t\x9c "
+    "bidi\u202eevil\u202c [b]mk[/b]"
+)
+#: what must never reach the screen
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\x9c", "\x9d", "\u202e", "\u202c")
+
+
+def hostile() -> FakeEngine:
+    """Every widget fed hostile text: the task's prompt and reason, its events, a question with
+    options, attempts with verifier output, transitions, a diff, an account and a host name."""
+    t = task(
+        id="t-0666",
+        name="evil",
+        prompt="prompt " + HOSTILE,
+        status=S.NEEDS_HUMAN,
+        reason="agent_blocked: " + HOSTILE,
+        attempt=1,
+        coder="shell",
+        host="box1",
+        started_at=NOW - 100,
+        finished_at=NOW - 10,
+        updated_at=NOW - 10,
+        result_text="result " + HOSTILE,
+    )
+    question = Question("q-0666", "t-0666", 1, NOW - 5, "ask " + HOSTILE, options=("opt " + HOSTILE, "no"))
+    host = Host(name="box\x1b]0;hostname\x07", heartbeat=NOW, cores=2, load=0.5, mem_available=GIB)
+    engine = FakeEngine(
+        Snapshot(
+            taken_at=NOW,
+            tasks=(t,),
+            questions=(question,),
+            hosts=(host,),
+            gauges=base_gauges(
+                rate_limits=(RateLimit("acct\x1b]52;c;eA==\x07", "allowed", 0.5, NOW + 60, "w\x1b[2J", NOW),)
+            ),
+        )
+    )
+    engine.events_by_task["t-0666"] = [
+        Event("t-0666", 1, 0, NOW - 50, "text", text="text " + HOSTILE),
+        Event("t-0666", 1, 1, NOW - 49, "tool_call", tool="Bash\x1b[2J", tool_input={"command": HOSTILE}),
+        Event("t-0666", 1, 2, NOW - 48, "stderr", text="stderr " + HOSTILE),
+        Event("t-0666", 1, 3, NOW - 47, "error", text="error " + HOSTILE, is_error=True),
+    ]
+    engine.attempts_by_task["t-0666"] = [
+        Attempt(
+            "t-0666", 1, "box1:1", "/tmp/a1", NOW - 100, ended_at=NOW - 10, exit_code=1,
+            outcome="verify_failed", detail="detail " + HOSTILE, verify_output="verifier " + HOSTILE,
+        )
+    ]  # fmt: skip
+    engine.transitions_by_task["t-0666"] = [
+        Transition("t-0666", NOW - 10, "running", "needs_human", "reason " + HOSTILE, 1, "box1\x1b]0;x\x07")
+    ]
+    engine.diffs["t-0666"] = (
+        f" evil{HOSTILE}.py | 1 +\n diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new {HOSTILE}"
+    )
+    return engine

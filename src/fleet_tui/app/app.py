@@ -18,14 +18,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from rich.text import Text
 from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, Input, TextArea
 from textual.worker import Worker, WorkerState
 
 from fleet_tui.app.commands import FleetCommands
-from fleet_tui.app.format import diffstat, parse_filter, state_text
+from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, QueueTable, focus_now
@@ -183,6 +185,20 @@ class FleetApp(App[None]):
         elif event.state == WorkerState.SUCCESS:
             self.notify("The engine stopped.", severity="warning", timeout=30)
 
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Toasts carry engine messages (agent reasons, git errors): inert text, never markup (a
+        widget's ``notify`` asks for markup by default; agent text could then make a link)."""
+        del markup
+        super().notify(inert(message), title=inert(title), severity=severity, timeout=timeout, markup=False)
+
     # ------------------------------------------------------------------ engine -> view
 
     @property
@@ -297,6 +313,9 @@ class FleetApp(App[None]):
                 self.queue.update_task(self.tasks[tid], now, tid in after)
         if events:
             self.stream.offer(events)
+            for screen in self.screen_stack:  # an open detail screen follows its task's log
+                if isinstance(screen, DetailScreen):
+                    screen.offer(events)
         selected = self.queue.selected_id
         if selected in touched:
             self._retitle_stream(selected)
@@ -328,11 +347,12 @@ class FleetApp(App[None]):
             self.stream.border_subtitle = ""
             return
         state = state_text(task, task.asking or task.id in self.asking)
-        self.stream.border_subtitle = state if state != task.status.value else ""
+        # Text, not str: a str title is parsed as markup, and the state holds agent text
+        self.stream.border_subtitle = Text(state) if state != task.status.value else ""
         model = task.model or task.spec.model
         coder = task.coder or task.spec.coder or "default"
-        self.stream.border_title = (
-            f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})"
+        self.stream.border_title = Text(
+            inert(f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})")
         )
 
     @property
@@ -450,7 +470,8 @@ class FleetApp(App[None]):
 
     def action_detail(self) -> None:
         if (task := self._need_selected()) is not None:
-            self.push_screen(DetailScreen(self.engine, task, self.clock))
+            tid = task.id
+            self.push_screen(DetailScreen(self.engine, task, self.clock, lambda: self.tasks.get(tid)))
 
     def action_new_task(self) -> None:
         async def submit(spec: TaskSpec) -> CommandResult:

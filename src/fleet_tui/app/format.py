@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from rich.style import Style
 from rich.text import Text
 
+from fleet_tui.scheduler.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import Event, Gauges, Question, RateLimit, Snapshot, Task
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 
@@ -45,9 +46,17 @@ QUEUE_COLUMNS: tuple[tuple[str, str, int], ...] = (
 COLUMN_WIDTHS: dict[str, int] = {key: width for key, _, width in QUEUE_COLUMNS}
 
 
+def inert(text: object, *, one_line: bool = False) -> str:
+    """Text that came from an agent, a verifier, git or a task file, made inert for the screen:
+    terminal escapes (OSC 52 clipboard writes, titles, hyperlinks, screen clears), C0/C1 controls
+    and bidi overrides removed (``scheduler.inbox.sanitize_for_display``); newlines kept unless
+    ``one_line``. Every widget passes such text through here before it is drawn."""
+    return sanitize_for_display(text if isinstance(text, str) else str(text), one_line=one_line)
+
+
 def truncate(text: str, width: int) -> str:
-    """One display line: newlines folded, cut to ``width`` with an ellipsis."""
-    line = " ".join(text.split("\n"))
+    """One display line, inert: newlines folded, cut to ``width`` with an ellipsis."""
+    line = " ".join(inert(text).split("\n"))
     if width <= 0:
         return ""
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
@@ -113,7 +122,12 @@ def is_asking(task: Task, asking_ids: Iterable[str] = ()) -> bool:
 
 
 def state_text(task: Task, asking: bool = False) -> str:
-    """The state column: the waiting reason when queued, the reason when parked, or asking."""
+    """The state column: the waiting reason when queued, the reason when parked, or asking.
+    Reasons carry agent and git text, so the result is inert (one line)."""
+    return inert(_state_text(task, asking), one_line=True)
+
+
+def _state_text(task: Task, asking: bool) -> str:
     if asking:
         return "asks a question"
     status = task.status
@@ -259,13 +273,13 @@ def worst_rate_limit(limits: Iterable[RateLimit]) -> RateLimit | None:
 
 
 def rate_limit_text(rl: RateLimit, now: float, short: bool = False) -> str:
-    label = "rate" if short else rl.account
+    label = "rate" if short else inert(rl.account, one_line=True)
     util = "limited" if rl.status == "rejected" else percent(rl.utilization)
     text = f"{label} {util}"
     if rl.resets_at is not None and rl.resets_at > now:
         text += f" (resets {clock_time(rl.resets_at)})"
     if not short and rl.window:
-        text += f" [{rl.window}]"
+        text += f" [{inert(rl.window, one_line=True)}]"
     return text
 
 
@@ -282,7 +296,7 @@ def gauges_lines(snap: Snapshot, now: float) -> list[str]:
     if g.paused:
         first = "fleet PAUSED · " + first
     lines = [first, f"mem {mem}"]
-    hosts = ", ".join(f"{h.name} ({h.running} run, {size(h.mem_available)})" for h in snap.hosts)
+    hosts = inert(", ".join(f"{h.name} ({h.running} run, {size(h.mem_available)})" for h in snap.hosts))
     lines.append(f"hosts {g.hosts}" + (f": {hosts}" if hosts else ""))
     if g.budget_usd is not None:
         lines.append(f"budget {cost(g.budget_spent_usd)} of {cost(g.budget_usd)}")
@@ -292,7 +306,7 @@ def gauges_lines(snap: Snapshot, now: float) -> list[str]:
 
 def question_line(q: Question, task_name: str) -> str:
     opts = f" [{' / '.join(q.options)}]" if q.options else ""
-    return f"{task_name}: {q.text}{opts}"
+    return inert(f"{task_name}: {q.text}{opts}", one_line=True)
 
 
 # ---------------------------------------------------------------------------------------- events
@@ -355,7 +369,7 @@ def event_summary(ev: Event) -> str:
         body = ev.text or ev.tool or ""
     if ev.is_error and ev.kind not in ("error", "stderr"):
         body = "ERROR " + body
-    return body
+    return inert(body)
 
 
 def event_line(ev: Event, width: int, style_for: Callable[[str], Style] | None = None) -> Text:
@@ -391,7 +405,7 @@ def diff_text(diff: str, style_for: Callable[[str], Style] | None = None) -> Tex
         elif line.startswith("@@"):
             var = "text-accent"
         style = style_for(var) if (style_for is not None and var) else Style()
-        text.append(line + "\n", style=style)
+        text.append(inert(line) + "\n", style=style)
     return text
 
 
@@ -402,7 +416,7 @@ def diffstat(diff: str, limit: int = 30) -> str:
         if line.startswith(("diff --git", "--- ", "@@")):
             break
         head.append(line)
-    stat = "\n".join(head).strip()
+    stat = inert("\n".join(head)).strip()
     if stat:
         lines = stat.splitlines()
         return "\n".join(lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else []))
@@ -410,5 +424,5 @@ def diffstat(diff: str, limit: int = 30) -> str:
     added = sum(1 for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---"))
     if not files:
-        return diff.strip()[:500] or "(empty diff)"
-    return f"{len(files)} file(s) changed, +{added} -{removed}\n" + "\n".join(files[:limit])
+        return inert(diff.strip()[:500]) or "(empty diff)"
+    return f"{len(files)} file(s) changed, +{added} -{removed}\n" + inert("\n".join(files[:limit]))
