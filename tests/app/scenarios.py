@@ -12,6 +12,7 @@ from fleet_tui.scheduler.model import (
     Event,
     Gauges,
     Host,
+    HostSeries,
     Question,
     RateLimit,
     Snapshot,
@@ -405,5 +406,58 @@ def hostile() -> FakeEngine:
     ]
     engine.diffs["t-0666"] = (
         f" evil{HOSTILE}.py | 1 +\n diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new {HOSTILE}"
+    )
+    return engine
+
+
+def pulse_history(host: str, scale: float, n: int = 120) -> HostSeries:
+    """A deterministic hour of 30 s buckets ending at ``NOW``: a ramp with a lull."""
+    first = int(NOW // 30) - n + 1
+    running = tuple(min(4, (i // 12) % 5) if i % 40 >= 6 else 0 for i in range(n))
+    events = tuple(int(scale * (20 + 15 * ((i * 7) % 11))) * (1 if r else 0) for i, r in enumerate(running))
+    tokens = tuple(e * 90 for e in events)
+    cost = tuple(round(t * 0.000004, 4) for t in tokens)
+    return HostSeries(host, 30.0, first * 30.0, running, events, tokens, cost)
+
+
+def gauges_fleet(budget: float | None = 5.0) -> FakeEngine:
+    """Gauges in every state: slots near (3/4), load over its gate (held), memory near its floor,
+    disk ok; claude held until a reset, codex near its threshold, gemini ok; two hosts with an
+    hour of history; today's spend against a budget."""
+    engine = several_running()
+    snap = engine.snapshot()
+    hosts = (
+        HOST,
+        Host(name="box2", heartbeat=NOW - 2, cores=4, load=0.4, mem_available=6 * GIB, running=1),
+    )
+    g = base_gauges(
+        running=3,
+        max_concurrent=4,
+        load_per_core=2.4,
+        max_load_per_core=2.0,
+        mem_available=int(4.5 * GIB),
+        mem_floor=2 * GIB,
+        agent_mem=int(1.5 * GIB),
+        agent_mem_measured=True,
+        disk_free=41 * GIB,
+        disk_floor=1 * GIB,
+        hosts=2,
+        budget_usd=budget,
+        budget_spent_usd=3.2,
+        rate_limits=(
+            RateLimit("claude", "rejected", 1.0, NOW + 1830, "five_hour", NOW - 60),
+            RateLimit("codex", "allowed_warning", 0.81, NOW + 3 * 3600 + 300, "weekly", NOW - 30),
+            RateLimit("gemini", "allowed", 0.12, NOW + 86000, "daily", NOW - 60),
+        ),
+        rate_holds=(("claude", NOW + 1830),),
+    )
+    engine.set_snapshot(
+        Snapshot(
+            taken_at=NOW,
+            tasks=snap.tasks,
+            hosts=hosts,
+            gauges=g,
+            series=(pulse_history("box1", 1.0), pulse_history("box2", 0.4)),
+        )
     )
     return engine

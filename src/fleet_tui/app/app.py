@@ -32,6 +32,7 @@ from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, QueueTable, focus_now
 from fleet_tui.app.stream import FILL_LIMIT, StreamLog
+from fleet_tui.gauges import Gauge, gauges
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
 from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
 from fleet_tui.scheduler.states import ACTIVE, TERMINAL, TaskStatus
@@ -238,6 +239,10 @@ class FleetApp(App[None]):
         self._retitle_queue()
         self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
         self.gauges.show(self.snap, now)
+
+    def gauges_rows(self) -> list[Gauge]:
+        """The gauges as the pane shows them now (for the palette and tests)."""
+        return gauges(self.snap, self.clock())
 
     def _snap_now(self) -> Snapshot:
         return replace(self.snap, tasks=tuple(self.tasks.values()))

@@ -15,7 +15,7 @@ from rich.style import Style
 from rich.text import Text
 
 from fleet_tui.scheduler.inbox import sanitize_for_display
-from fleet_tui.scheduler.model import Event, Gauges, Question, RateLimit, Snapshot, Task
+from fleet_tui.scheduler.model import Event, Question, RateLimit, Snapshot, Task
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 
 #: one glyph per state; "asking" overrides the state's glyph
@@ -281,27 +281,6 @@ def rate_limit_text(rl: RateLimit, now: float, short: bool = False) -> str:
     if not short and rl.window:
         text += f" [{inert(rl.window, one_line=True)}]"
     return text
-
-
-def gauges_lines(snap: Snapshot, now: float) -> list[str]:
-    """The gauges pane: slots, load, memory, disk, hosts, then one line per rate-limit account."""
-    g: Gauges = snap.gauges
-    load = "?" if g.load_per_core is None else f"{g.load_per_core:.1f}/core"
-    mem = size(g.mem_available)
-    if g.mem_floor:
-        mem += f" free (floor {size(g.mem_floor)})"
-    else:
-        mem += " free"
-    first = f"slots {g.running}/{g.max_concurrent or '?'} · load {load} · disk {size(g.disk_free)}"
-    if g.paused:
-        first = "fleet PAUSED · " + first
-    lines = [first, f"mem {mem}"]
-    hosts = inert(", ".join(f"{h.name} ({h.running} run, {size(h.mem_available)})" for h in snap.hosts))
-    lines.append(f"hosts {g.hosts}" + (f": {hosts}" if hosts else ""))
-    if g.budget_usd is not None:
-        lines.append(f"budget {cost(g.budget_spent_usd)} of {cost(g.budget_usd)}")
-    lines.extend(rate_limit_text(rl, now) for rl in g.rate_limits)
-    return lines
 
 
 def question_line(q: Question, task_name: str) -> str:
