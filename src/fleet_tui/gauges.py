@@ -135,7 +135,7 @@ def gauges(snap: Snapshot, now: float) -> list[Gauge]:
     else:
         fill = need / g.mem_available if g.mem_available else 1.0
         room = (g.mem_available - floor) // agent if agent else None
-        note = f"floor {size(floor)}" + (f" + {per}" if per else "")
+        note = (f"floor {size(floor)}" if g.mem_floor is not None else "") + (f" + {per}" if per else "")
         if room is not None:
             note += f" · room for {max(room, 0)}"
         out.append(
@@ -162,7 +162,7 @@ def gauges(snap: Snapshot, now: float) -> list[Gauge]:
                 "disk",
                 min(fill, 1.0),
                 f"{size(g.disk_free)} free",
-                f"floor {size(dfloor)}",
+                f"floor {size(dfloor)}" if g.disk_floor is not None else "",
                 _state(fill, g.disk_free < dfloor),
                 (("free", g.disk_free), ("floor", dfloor)),
             )
@@ -172,6 +172,8 @@ def gauges(snap: Snapshot, now: float) -> list[Gauge]:
         account = _clean(rl.account)
         window_name = _clean(rl.window or "")
         until = holds.get(rl.account)
+        if rl.status == "rejected" and rl.resets_at is not None:  # as the gate: held until the reset
+            until = max(until or 0.0, rl.resets_at)
         until = until if until is not None and until > now else None
         over = rl.resets_at is not None and rl.resets_at <= now  # the window has reset since
         util = None if over else rl.utilization

@@ -55,7 +55,7 @@ class FleetApp(App[None]):
     COMMANDS = App.COMMANDS | {FleetCommands}
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "new_task", "new"),
+        Binding("n", "new_task", "new", priority=True),  # priority: see "a" below
         Binding("enter", "detail", "detail", key_display="⏎"),
         # priority: handled as the key arrives, so keys typed right after it (fast typing, a paste,
         # a batch over ssh) already land in the input it opens instead of on cockpit bindings
@@ -174,7 +174,7 @@ class FleetApp(App[None]):
         if on_top and action in self.MAIN_ACTIONS:
             return False
         # the priority keys are plain characters while someone types in a text field
-        return not (action in ("filter", "answer") and isinstance(self.focused, Input | TextArea))
+        return not (action in ("filter", "answer", "new_task") and isinstance(self.focused, Input | TextArea))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The hosted engine stopping on its own is news: say so rather than go quietly stale."""
@@ -478,13 +478,17 @@ class FleetApp(App[None]):
             tid = task.id
             self.push_screen(DetailScreen(self.engine, task, self.clock, lambda: self.tasks.get(tid)))
 
-    def action_new_task(self) -> None:
+    async def action_new_task(self) -> None:
         async def submit(spec: TaskSpec) -> CommandResult:
             result = await self._command(self.engine.add([spec]))
             return result or CommandResult(False, "the engine did not answer")
 
         names = {t.name for t in self.tasks.values()}
-        self.push_screen(NewTaskScreen(submit, names, self.base_dir))
+        form = NewTaskScreen(submit, names, self.base_dir)
+        # wait for the form to mount and focus its first field before the next key is read, so
+        # keys typed right after "n" (fast typing, a paste) land in the form, not on the cockpit
+        await self.push_screen(form)
+        form.focus_first()
 
     def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
         main = [(key, description) for key, _, description in self.action_table()]
