@@ -231,6 +231,8 @@ def cmd_run(ctx: Ctx) -> int:
 
 def cmd_status(ctx: Ctx) -> int:
     if getattr(ctx.args, "gauges", False):
+        from fleet_tui.report import print_gauges
+
         return print_gauges(ctx.store, ctx.cfg, ctx.home, as_json=ctx.args.json)
     store = ctx.store
     tasks = store.list_tasks()
@@ -258,28 +260,6 @@ def cmd_status(ctx: Ctx) -> int:
             f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
             f"{coder:<14} {why(t, names)}".rstrip()
         )
-    return 0
-
-
-def print_gauges(store: Any, cfg: Any, home: Path, *, as_json: bool) -> int:
-    """``status --gauges``: the cockpit's gauges from the store (every host's pulse included);
-    with no live engine the headroom is read on this machine."""
-    import shutil
-
-    from fleet_tui import gauges
-    from fleet_tui.scheduler.headroom import read_headroom
-    from fleet_tui.scheduler.view import build_snapshot
-
-    now = time.time()
-    reading: dict[str, Any] = {}
-    if not any(now - h.heartbeat < 60 for h in store.hosts()):
-        hr = read_headroom(home)
-        reading = {"load": hr.load_per_core, "mem": hr.mem_available, "disk": hr.disk_free}
-    snap = build_snapshot(store, cfg, now, **reading)
-    if as_json:
-        print(json.dumps(gauges.as_json(snap, now), indent=1))
-    else:
-        print("\n".join(gauges.text_report(snap, now, width=shutil.get_terminal_size((100, 24)).columns)))
     return 0
 
 
