@@ -15,7 +15,7 @@ to the gate; else ``ok``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from fleet_tui.scheduler.inbox import sanitize_for_display
@@ -281,6 +281,7 @@ def pulses(snap: Snapshot, now: float, per_host: bool = False) -> list[Pulse]:
     if total is None:
         return []
     out = _pulses(total, "fleet")
+    out[0] = replace(out[0], now=str(snap.gauges.running))  # agents now, not the bucket's peak
     if per_host and len(snap.series) > 1:
         for s in snap.series:  # one line per host: its running agents
             out.append(_pulses(window(s, now), _clean(s.host))[0])

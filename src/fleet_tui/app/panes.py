@@ -23,6 +23,7 @@ from fleet_tui.app.format import header_text, inert
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.gauges import Gauge, Pulse, gauges, pulses
 from fleet_tui.scheduler.model import Snapshot
+from fleet_tui.scheduler.series import KEEP
 
 #: the theme variable each state is drawn with
 STATE_VARIABLES = {"ok": "text-success", "near": "text-warning", "held": "text-error"}
@@ -44,7 +45,7 @@ class PulseRow(Horizontal):
     def __init__(self, pulse: Pulse) -> None:
         super().__init__(classes="pulse-row")
         self.label = Static("", classes="pulse-label")
-        self.line = Sparkline(list(pulse.values) or [0.0], classes="pulse-line")
+        self.line = Sparkline([0.0], classes="pulse-line")
         self.set(pulse)
 
     def compose(self) -> ComposeResult:
@@ -54,7 +55,10 @@ class PulseRow(Horizontal):
     def set(self, pulse: Pulse) -> None:
         who = "" if pulse.host == "fleet" else f"{pulse.host} "
         self.label.update(Text(inert(f"{who}{pulse.label} {pulse.now}", one_line=True), no_wrap=True))
-        self.line.data = list(pulse.values) or [0.0]
+        # the line always spans the hour: a young fleet's few buckets sit at the right end
+        # instead of being stretched over the whole width
+        values = list(pulse.values)
+        self.line.data = [0.0] * max(KEEP - len(values), 0) + values
 
 
 class GaugesPane(Vertical):
