@@ -102,6 +102,7 @@ class FleetApp(App[None]):
         ("escape", "close a dialog, cancel an answer, clear the filter"),
         ("ctrl+p", "command palette (every action)"),
         ("ctrl+q", "quit (same as q)"),
+        ("h (gauges pane)", "sparklines per host / for the whole fleet"),
     ]
 
     def __init__(

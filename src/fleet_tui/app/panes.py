@@ -111,6 +111,10 @@ class GaugesPane(Vertical):
         label_w = min(max((len(r.label) for r in rows), default=5), 10) + 1
         lines = self._pairs(rows, width) if paired else [self._line(r, width, label_w) for r in rows]
         self.bars.update(Text("\n").join(lines[:height] if paired else lines))
+        hidden = max(len(lines) - height, 0)
+        self.border_subtitle = (
+            f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""
+        )
         room = max(height - len(lines), 0)
         self._show_pulses(pulses(snap, now, per_host=self.per_host)[:room])
 
