@@ -4,7 +4,8 @@ agent, a verifier, git or a task file draws it inert.
 The hostile text (``scenarios.HOSTILE``) carries an OSC 52 clipboard write, an OSC 0 title, a screen
 clear, an OSC 8 hyperlink, 8-bit C1 sequences and a bidi override. Each test brings one widget on
 screen and checks the rendered screen (the SVG export of what the compositor draws) holds none of
-those control characters, while the visible words around them are shown.
+those control characters, while the visible words around them are shown (the escapes themselves
+as visible text: ``␛]52;c;…␇``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ def assert_inert(app: FleetApp, *visible: str) -> None:
     shot = screen_text(app)
     found = [repr(c) for c in sc.RAW_CONTROLS if c in shot]
     assert not found, f"raw control characters reached the screen: {found}"
-    assert "aGFja2Vk" not in shot  # the clipboard payload is not shown either
     for word in visible:
         assert word in shot, f"{word!r} is not on screen"
 
@@ -60,6 +60,7 @@ async def test_stream_inbox_and_titles_are_inert() -> None:
         # stream lines (text, tool call, stderr, error), its title and state subtitle, the inbox
         assert_inert(app, "text pwn", "stderr pwn", "ask pwn", "Stream: evil")
         assert "[b]mk[/b]" in screen_text(app)  # markup in agent text is shown, not applied
+        assert "text pwn␛]52;c;aGFja2Vk␇ title␛]0;owned␇" in screen_text(app)  # shown visibly
 
 
 async def test_answer_form_is_inert() -> None:

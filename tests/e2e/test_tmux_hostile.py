@@ -74,7 +74,7 @@ def test_agent_escapes_do_not_reach_tmux(tmux: Cockpit, tmp_path: Path) -> None:
 
     cp.wait(lambda: by_name(home)["evil"]["status"] != "queued", timeout=30, what="the agent ran")
     screen = cp.wait_screen("Stream: evil", "pwn-start", "pwn-end", what="the agent's output in the stream")
-    assert "owned-title" not in screen and PAYLOAD not in screen
+    assert f"␛]52;c;{PAYLOAD}␇" in screen and "␛]0;owned-title␇" in screen  # shown, as text
     assert buffers(cp) == "", "the agent's OSC 52 wrote a tmux paste buffer"
     assert cp.pane("#{pane_title}") == title, "the agent's OSC 0 set the pane title"
     quit_stopping_all(cp)
