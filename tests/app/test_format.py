@@ -150,7 +150,7 @@ def test_inert_shows_escapes_visibly() -> None:
     assert fmt.inert("\x1b[31mred\x1b[0m") == "red"  # colours are dropped quietly
     assert fmt.inert("a\x1b]52;c;eA==\x07b") == "a␛]52;c;eA==␇b"
     assert fmt.inert("\x9b2J\x9d0;t\x9c") == "␛[2J␛]0;t␛\\"
-    assert fmt.inert("x\u202ey\x00\x7f") == "x⟨U+202E⟩y␀␡"
+    assert fmt.inert("x\u202ey\x00\x7f") == "x<U+202E>y␀␡"
     assert fmt.inert("one\r\ntwo\rthree") == "one\ntwo\nthree"
     assert fmt.inert("one\ntwo  three", one_line=True) == "one two three"
     assert fmt.truncate("\x1b]0;title\x07rest", 80) == "␛]0;title␇rest"

@@ -49,35 +49,18 @@ COLUMN_WIDTHS: dict[str, int] = {key: width for key, _, width in QUEUE_COLUMNS}
 
 #: colour and style sequences (CSI ... m): harmless, common in tool output, dropped quietly
 _SGR = re.compile(r"\x1b\[[0-9;:]*m")
-#: every other control character, and the invisible characters that reorder or hide text
-_CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\u200e\u200f\u061c\ufff9-\ufffb]"
-)
-
-
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if code < 0x20:
-        return chr(0x2400 + code)  # ␛ ␇ ␈ ...: the Unicode control pictures
-    if code == 0x7F:
-        return "␡"
-    if code <= 0x9F:
-        return "␛" + chr(code - 0x40)  # a C1 control as its 7-bit form: 0x9b -> ␛[
-    return f"⟨U+{code:04X}⟩"
 
 
 def inert(text: object, *, one_line: bool = False) -> str:
     """Text that came from an agent, a verifier, git or a task file, made inert for the screen.
 
-    Colour sequences are dropped; every other escape and control character is shown visibly (an
-    OSC 52 clipboard write reads ``␛]52;c;…␇``, a bidi override ``⟨U+202E⟩``) so a person sees that
-    something tried, and nothing reaches the terminal as a control. ``sanitize_for_display``
-    (``scheduler.inbox``, the rule the CLI uses too) then runs over the result as the last word.
-    Newlines are kept unless ``one_line``. Every widget passes such text through here."""
+    Colour sequences are dropped; everything else goes through ``sanitize_for_display``
+    (``scheduler.inbox``, the rule the CLI uses too), which shows every other escape and control
+    character visibly (an OSC 52 clipboard write reads ``␛]52;c;…␇``, a bidi override
+    ``<U+202E>``) so a person sees that something tried and nothing reaches the terminal as a
+    control. Newlines are kept unless ``one_line``. Every widget passes such text through here."""
     s = text if isinstance(text, str) else str(text)
-    s = s.replace("\r\n", "\n").replace("\r", "\n")
-    s = _CONTROL.sub(_visible, _SGR.sub("", s))
-    return sanitize_for_display(s, one_line=one_line)
+    return sanitize_for_display(_SGR.sub("", s), one_line=one_line)
 
 
 def truncate(text: str, width: int) -> str:
