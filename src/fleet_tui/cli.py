@@ -265,6 +265,10 @@ def cmd_run(ctx: Ctx) -> int:
 
 
 def cmd_status(ctx: Ctx) -> int:
+    if getattr(ctx.args, "gauges", False):
+        from fleet_tui.report import print_gauges
+
+        return print_gauges(ctx.store, ctx.cfg, ctx.home, as_json=ctx.args.json)
     store = ctx.store
     tasks = store.list_tasks()
     now = time.time()
@@ -597,6 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="one line per task")
     st.add_argument("--json", action="store_true")
     st.add_argument("--graph", action="store_true")
+    st.add_argument(
+        "--gauges", action="store_true", help="the gauges as text bars and sparklines (with --json: figures)"
+    )
     lg = sub.add_parser("logs", help="a task's events")
     lg.add_argument("task")
     lg.add_argument("--follow", "-f", action="store_true")
