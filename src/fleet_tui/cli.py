@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from fleet_tui import __version__
+from fleet_tui import __version__, wheel_cli
 from fleet_tui.report import elapsed, event_json, event_line, fmt_dur, print_graph, task_json, why
 from fleet_tui.scheduler.inbox import sanitize_for_display as clean
 
@@ -626,6 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("hosts", help="machines sharing the store")
     sub.add_parser("doctor", help="check coders, the store and the home")
     sub.add_parser("mcp-ask-human", help="the stdio MCP server agents call (started by coders)")
+    COMMANDS.update(wheel_cli.register(sub))  # send, approve, edit, takeover
     return p
 
 

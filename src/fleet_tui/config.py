@@ -79,6 +79,7 @@ class Config:
     worktree_setup: str | None = None
     keep_worktrees: bool = False
     sandbox: Literal["none", "bwrap"] = "none"
+    continue_session: Literal["auto", "fresh"] = "auto"
 
 
 class ConfigError(ValueError):
@@ -173,6 +174,12 @@ KEYS: dict[str, _Key] = {
         "run agents, verifiers and reviewers in a sandbox: bwrap (Linux bubblewrap) or none; a task's "
         "own sandbox key wins (see README, Sandbox)",
         choices=("none", "bwrap"),
+    ),
+    "continue_session": _Key(
+        "str",
+        "auto: a retry, a follow-up or a crash-resume continues the agent's own session when its CLI "
+        "can; fresh: always a new session (a task's own continue key wins)",
+        choices=("auto", "fresh"),
     ),
 }
 

@@ -196,6 +196,10 @@ class BaseNormalizer:
         return [self.ev(ts, "text", text=line)]
 
 
+class CannotResume(Exception):
+    """Why a coder cannot continue a recorded session (the attempt then starts a fresh one)."""
+
+
 class BaseCoder:
     """Defaults for the optional parts of the protocol."""
 
@@ -208,6 +212,16 @@ class BaseCoder:
     #: what the CLI itself writes under HOME (folders or files, ``~/``-relative), kept writable
     #: when they exist and the task runs in a sandbox (the rest of HOME is read-only)
     sandbox_state: ClassVar[tuple[str, ...]] = ()
+
+    #: whether this CLI can continue a session recorded by an earlier attempt (see resume_argv)
+    can_resume: ClassVar[bool] = False
+
+    def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
+        """The command line that continues ``session_id`` (recorded by the attempt whose
+        directory is ``previous``) with ``ctx.prompt`` as its next turn. Called after
+        ``prepare``; carries the session's files into this attempt's per-run config when the CLI
+        keeps them there. Raises CannotResume saying why not."""
+        raise CannotResume(f"{self.name} cannot continue a session")
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {}

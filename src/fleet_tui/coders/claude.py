@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer
+from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, CannotResume
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
 #: Claude's context window unless the stream says otherwise (``modelUsage[m].contextWindow``).
@@ -437,6 +438,28 @@ class ClaudeCoder(BaseCoder):
             }
             data = json.dumps({"mcpServers": {"ask_human": server}}, indent=2)
             self.mcp_config_path(ctx).write_text(data + "\n", encoding="utf-8")
+
+    can_resume: ClassVar[bool] = True
+
+    def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
+        """``claude -p ... --resume <id>``: the session's transcript lives under the config dir's
+        ``projects/<cwd>/<id>.jsonl``; an isolated run gets a copy of the previous run's."""
+        name = f"{session_id}.jsonl"
+        if self.isolates_config(ctx):
+            found = sorted((previous / "claude_config" / "projects").glob(f"*/{name}"))
+            for f in found:
+                dst = self.config_dir(ctx) / "projects" / f.parent.name
+                dst.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, dst / name)
+                side = f.parent / session_id  # subagent transcripts and large tool results
+                if side.is_dir():
+                    shutil.copytree(side, dst / session_id, dirs_exist_ok=True)
+        else:
+            root = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+            found = sorted((root / "projects").glob(f"*/{name}"))
+        if not found:
+            raise CannotResume(f"claude session {session_id} not found (its transcript is gone)")
+        return [*self.argv(ctx), "--resume", session_id]
 
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None

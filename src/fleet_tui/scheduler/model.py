@@ -89,6 +89,9 @@ class TaskSpec:
     network: tuple[str, ...] | None = None  # sandboxed: None host network, () none, hosts allowlist
     sandbox_rw: tuple[str, ...] = ()  # extra writable paths in the sandbox (absolute)
     sandbox_ro: tuple[str, ...] = ()  # extra readable paths in the sandbox (absolute)
+    #: task-file key ``continue``: "auto" (a retry or follow-up continues the agent's own
+    #: session when its CLI can) | "fresh"; None: the config's ``continue_session``
+    continue_mode: str | None = None
 
 
 @dataclass(frozen=True)
