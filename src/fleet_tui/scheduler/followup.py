@@ -122,6 +122,7 @@ def plan(
     task: Task,
     prev: Attempt | None,
     default_mode: str,
+    coder: Coder,
     *,
     retry_reason: str | None,
     retry_output: str | None,
@@ -143,6 +144,8 @@ def plan(
     turn = turn_text(kind, retry_reason, retry_output, message, crashed)
     if mode == "fresh":
         return Plan(mode, turn, kind, note="fresh session (continue = fresh)")
+    if not getattr(coder, "can_resume", False):
+        return Plan(mode, turn, kind, note=f"fresh session: the {coder.name} coder cannot continue a session")
     sid = session_of(store, task.id, prev.n)
     if sid is None:
         return Plan(mode, turn, kind, note=f"fresh session: attempt {prev.n} recorded no session id")

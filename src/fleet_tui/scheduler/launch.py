@@ -213,8 +213,8 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         )
     )
     plan = followup.plan(
-        store, task, prev, engine.cfg.continue_session, retry_reason=retry_reason, retry_output=retry_output,
-        crashed=crashed, handoff=handoff is not None, message=message,
+        store, task, prev, engine.cfg.continue_session, coder, retry_reason=retry_reason,
+        retry_output=retry_output, crashed=crashed, handoff=handoff is not None, message=message,
     )  # fmt: skip
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
