@@ -33,7 +33,17 @@ def register(sub: Any) -> dict[str, Any]:
     a.add_argument("task")
     e = sub.add_parser("edit", help="edit a queued task's TOML in $EDITOR (validated like a task file)")
     e.add_argument("task")
-    return {"send": cmd_send, "approve": cmd_approve, "edit": cmd_edit}
+    t = sub.add_parser(
+        "takeover", help="stop the task's agent and open its CLI's own session in the worktree, by hand"
+    )
+    t.add_argument("task")
+    t.add_argument(
+        "--then",
+        choices=("verify", "requeue", "done", "leave"),
+        help="what to do when you exit (default: ask)",
+    )
+    t.add_argument("--foreground", action="store_true", help="in this terminal even inside tmux")
+    return {"send": cmd_send, "approve": cmd_approve, "edit": cmd_edit, "takeover": cmd_takeover}
 
 
 def _fail(message: str) -> Exception:
@@ -123,4 +133,88 @@ def cmd_edit(ctx: Any) -> int:
     path.unlink(missing_ok=True)
     folder.rmdir()
     print(f"{t.name}: edited")
+    return 0
+
+
+TAKEOVER_QUESTION = "{name}: you are back. [v]erify now, [r]equeue, mark [d]one, or [l]eave parked? "
+_KEYS = {"v": "verify", "r": "requeue", "d": "done", "l": "leave"}
+
+
+def _ask(name: str) -> str:
+    while True:
+        try:
+            answer = input(TAKEOVER_QUESTION.format(name=name)).strip().lower()
+        except EOFError:
+            return "leave"
+        choice = _KEYS.get(answer[:1]) if answer else None
+        if choice:
+            return choice
+
+
+def _open_window(argv: list[str], workdir: str, extra: dict[str, str], title: str) -> None:
+    """The interactive session in a new tmux window; returns once that window has closed."""
+    env_flags = [x for k, v in extra.items() for x in ("-e", f"{k}={v}")]
+    cmd = ["tmux", "new-window", "-P", "-F", "#{pane_id}", "-n", title, "-c", workdir, *env_flags]
+    out = subprocess.run([*cmd, shlex.join(argv)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise _fail(f"tmux new-window failed: {out.stderr.strip()}; try --foreground")
+    pane = out.stdout.strip()
+    while True:
+        panes = subprocess.run(
+            ["tmux", "list-panes", "-a", "-F", "#{pane_id}"], capture_output=True, text=True
+        )
+        if panes.returncode != 0 or pane not in panes.stdout.split():
+            return
+        time.sleep(0.3)
+
+
+def cmd_takeover(ctx: Any) -> int:
+    from fleet_tui.cli import _controller
+    from fleet_tui.coders.base import CannotResume, get_coder
+    from fleet_tui.scheduler import followup, takeover
+    from fleet_tui.scheduler.engine import Engine
+    from fleet_tui.scheduler.launch import after_done
+    from fleet_tui.scheduler.sandbox_policy import verifier_wrap
+    from fleet_tui.scheduler.verify import run_verifiers
+
+    by = followup.user_name()
+    ctl = _controller(ctx)
+    res = anyio.run(takeover.begin, ctl, ctx.args.task, by)
+    if not res.ok or res.task is None:
+        raise _fail(res.message)
+    task = res.task
+    workdir = task.workdir or task.worktree or task.spec.cwd
+    sid, adir = takeover.session(ctx.store, ctx.home, task)
+    coder = get_coder(task.coder or ctx.cfg.default_coder)
+    try:
+        interactive = getattr(coder, "interactive_argv", None)
+        if interactive is None:
+            raise CannotResume(f"the {coder.name} coder has no interactive session to open")
+        argv, extra = interactive(sid, adir)
+    except CannotResume as e:
+        argv, extra = [os.environ.get("SHELL") or "/bin/sh"], {}
+        print(f"{task.name}: {e}; opening a shell in the worktree instead", file=sys.stderr)
+    print(clean(f"{task.name}: {task.reason}; opening {shlex.join(argv)} in {workdir}"), flush=True)
+    if os.environ.get("TMUX") and not ctx.args.foreground:
+        _open_window(argv, workdir, extra, f"takeover:{task.name}")
+    else:
+        try:
+            subprocess.call(argv, cwd=workdir, env={**os.environ, **extra, "PWD": workdir})
+        except OSError as e:
+            print(f"{task.name}: cannot start {argv[0]}: {e}", file=sys.stderr)
+    choice = ctx.args.then or _ask(task.name)
+    eng = Engine(ctx.store, ctx.home, ctx.cfg)
+
+    def verify(t: Any) -> takeover.VerifyVerdict:
+        wd = Path(t.workdir or t.worktree or t.spec.cwd)
+        wrap = verifier_wrap(ctx.home, ctx.cfg.sandbox, t, wd)
+        vr = run_verifiers(t.spec.verify, wd, reviewer=eng.reviewer(t), wrap=wrap)
+        return takeover.VerifyVerdict(vr.passed, vr.label, vr.output or "")
+
+    out = anyio.run(takeover.finish, ctl, task.id, choice, by, verify)
+    if out.ok and out.task is not None and out.task.status.value == "done":
+        after_done(eng, out.task)
+    if not out.ok:
+        raise _fail(out.message)
+    print(clean(out.message))
     return 0

@@ -223,6 +223,12 @@ class BaseCoder:
         keeps them there. Raises CannotResume saying why not."""
         raise CannotResume(f"{self.name} cannot continue a session")
 
+    def interactive_argv(self, session_id: str | None, attempt_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """The command and extra environment that open this CLI's own interactive session on
+        ``session_id`` (recorded by the attempt in ``attempt_dir``), for a person taking over a
+        task (``fleet-tui takeover``). Raises CannotResume saying why not."""
+        raise CannotResume(f"the {self.name} coder has no interactive session to open")
+
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {}
 

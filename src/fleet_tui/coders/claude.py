@@ -461,6 +461,14 @@ class ClaudeCoder(BaseCoder):
             raise CannotResume(f"claude session {session_id} not found (its transcript is gone)")
         return [*self.argv(ctx), "--resume", session_id]
 
+    def interactive_argv(self, session_id: str | None, attempt_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """``claude --resume <id>`` in the run's own config dir when it had one."""
+        if not session_id:
+            raise CannotResume("no claude session id was recorded for this task")
+        own = attempt_dir / "claude_config"
+        env = {"CLAUDE_CONFIG_DIR": str(own)} if own.is_dir() else {}
+        return [self.program or "claude", "--resume", session_id], env
+
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None
     ) -> ClaudeNormalizer:

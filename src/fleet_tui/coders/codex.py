@@ -579,6 +579,14 @@ class CodexCoder(BaseCoder):
             args += ["-m", ctx.model]
         return [*args, session_id, "-"]
 
+    def interactive_argv(self, session_id: str | None, attempt_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """``codex resume <id>`` with the run's own CODEX_HOME (its config and the rollout)."""
+        if not session_id:
+            raise CannotResume("no codex session id was recorded for this task")
+        return [self.program or "codex", "resume", session_id], {
+            "CODEX_HOME": str(attempt_dir / "codex_home")
+        }
+
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None
     ) -> CodexNormalizer:
