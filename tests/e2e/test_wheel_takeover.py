@@ -83,7 +83,8 @@ def test_takeover_in_tmux_stops_the_agent_opens_the_worktree_and_asks(
         )
         driver = script(
             tmp_path / "takeover.sh",
-            f"export FLEET_HOME={home} SHELL={shell}\nexec {sys.executable} -m fleet_tui --home {home} takeover job",
+            f"export FLEET_HOME={home} SHELL={shell}\n"
+            f"exec {sys.executable} -m fleet_tui --home {home} takeover job",
         )
         env_flags = ["-e", f"PATH={os.environ['PATH']}"]
         tmux(tmux_socket, "new-session", "-d", "-s", "main", "-x", "120", "-y", "30", *env_flags, str(driver))
