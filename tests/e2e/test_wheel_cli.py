@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fleet_tui.scheduler.store import open_store
-from helpers import by_name, fleet
+from helpers import by_name, fleet, fleet_bg, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -138,3 +138,36 @@ def test_edit_refuses_bad_values_names_and_non_queued_tasks(home: Path, tmp_path
     run(home)
     p = fleet(home, "edit", "job", env=bad, check=False)
     assert p.returncode == 1 and "job is done: only a queued task can be edited" in p.stderr, p.stderr
+
+
+def test_send_to_a_running_task_stops_its_agent_and_continues(home: Path, tmp_path: Path) -> None:
+    keep = f'cat "$FLEET_PROMPT_FILE" > {tmp_path}/prompt-$FLEET_ATTEMPT.txt'
+    cmd = f'[ "$FLEET_ATTEMPT" = 1 ] && sleep 300; {keep}'
+    fleet(
+        home,
+        "add",
+        "long work",
+        "--name",
+        "long",
+        "--coder",
+        "shell",
+        "--command",
+        cmd,
+        "--cwd",
+        str(tmp_path),
+    )
+    engine = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    try:
+        wait_for(lambda: by_name(home)["long"]["status"] == "running", timeout=60, what="running")
+        out = fleet(home, "send", "long", "Stop that and summarise.").stdout
+        assert "agent stopped; follow-up queued" in out, out
+        wait_for(lambda: by_name(home)["long"]["status"] == "done", timeout=60, what="second attempt done")
+    finally:
+        engine.kill()
+        engine.wait(timeout=30)
+    assert "Stop that and summarise." in (tmp_path / "prompt-2.txt").read_text()
+    store = open_store(None, str(home))
+    try:
+        assert store.get_attempt(by_name(home)["long"]["id"], 1).outcome == "killed"
+    finally:
+        store.close()
