@@ -92,3 +92,61 @@ async def test_shift_a_approves_after_confirming(store: Store, tmp_path: Path) -
         await pilot.press("y")
         await wait_for(pilot, lambda: store.get_task(t.id).status == TaskStatus.DONE, "approved")  # type: ignore[union-attr]
     assert (store.get_task(t.id).reason or "").startswith("approved_by:")  # type: ignore[union-attr]
+
+
+DIFF = """ src/calc.py | 3 ++-
+ 1 file changed, 2 insertions(+), 1 deletion(-)
+
+diff --git a/src/calc.py b/src/calc.py
+index 1111111..2222222 100644
+--- a/src/calc.py
++++ b/src/calc.py
+@@ -10,3 +10,4 @@ def total(xs):
+     s = 0
+-    for x in xs: s += x
++    for x in xs:
++        s += x
+     return s
+"""
+
+
+def test_diff_lines_carry_file_and_line() -> None:
+    from fleet_tui.screens.review import diff_lines
+
+    located = [(ln.where, ln.text) for ln in diff_lines(DIFF) if ln.file]
+    assert located == [
+        ("src/calc.py:10", "     s = 0"),
+        ("src/calc.py:11 (removed line)", "-    for x in xs: s += x"),
+        ("src/calc.py:11", "+    for x in xs:"),
+        ("src/calc.py:12", "+        s += x"),
+        ("src/calc.py:13", "     return s"),
+    ]
+
+
+async def test_review_comments_reach_the_follow_up(store: Store, tmp_path: Path) -> None:
+    from textual.widgets import OptionList
+
+    from fleet_tui.screens.detail import DetailScreen
+    from fleet_tui.screens.review import ReviewScreen
+
+    t = parked_task(store, tmp_path, "job")
+    engine = engine_on(store, [t])
+    engine.diffs[t.id] = DIFF
+    app = sc.make_app(engine)
+    async with app.run_test(size=(120, 36)) as pilot:
+        assert app.queue.select_id(t.id)
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail screen")
+        await pilot.press("3", "c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ReviewScreen), "the review dialog")
+        lines = app.screen.query_one("#review-lines", OptionList)
+        lines.highlighted = 3  # src/calc.py:12
+        await pilot.press("enter")
+        await pilot.press(*"use sum()", "enter")
+        await wait_for(pilot, lambda: app.screen.comments, "the comment kept")  # type: ignore[attr-defined]
+        await pilot.press("s")
+        await wait_for(pilot, lambda: followup.pending(store, t.id), "the follow-up")
+    (msg,) = followup.pending(store, t.id)
+    assert "- src/calc.py:12 `s += x`: use sum()" in msg["text"], msg
+    assert store.get_task(t.id).status == TaskStatus.QUEUED  # type: ignore[union-attr]
