@@ -40,7 +40,7 @@ NAME_RE = re.compile(r"^[a-z0-9_-]+$")
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
     "timeout_min", "stall_min", "max_retries", "requires", "budget_usd", "setup", "merge", "env",
-    "verify", "artifact",
+    "verify", "artifact", "notify_done",
 )  # fmt: skip
 VERIFY_KEYS: tuple[str, ...] = ("run", "agent", "model", "coder", "timeout_min")
 ARTIFACT_KEYS: tuple[str, ...] = ("path", "min_chars", "contains")
@@ -238,6 +238,8 @@ def _check_value(key: str, v: Any) -> str | None:
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             example = '["other-task"]' if key == "depends_on" else '["a", "b"]'
             return f"{key} must be an array of strings like {example}, {got}"
+    elif key == "notify_done" and not isinstance(v, bool):
+        return f"notify_done must be true or false, {got}"
     elif key == "merge" and v not in ("manual", "auto"):
         return f'merge must be "manual" or "auto", got {v!r}'
     elif key == "env":
@@ -574,6 +576,7 @@ def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
         requires=tuple(v.get("requires", ())), verify=tuple(verify), budget_usd=num("budget_usd"),
         setup=v.get("setup"), merge=v.get("merge", "manual"),
         env=tuple(sorted(v.get("env", {}).items())), source=source,
+        notify_done=bool(v.get("notify_done", False)),
     )  # fmt: skip
 
 
@@ -621,6 +624,8 @@ def validate_spec(
             table[key] = list(getattr(spec, key))
     if spec.env:
         table["env"] = dict(spec.env)
+    if spec.notify_done:
+        table["notify_done"] = True
     fields_of = {"run": ("run", "timeout_min"), "agent": ("agent", "coder", "model", "timeout_min"),
                  "artifact": ("path", "min_chars", "contains")}  # fmt: skip
     for ver in spec.verify:

@@ -85,6 +85,7 @@ class TaskSpec:
     merge: Literal["manual", "auto"] = "manual"
     env: tuple[tuple[str, str], ...] = ()
     source: str | None = None  # "file:line" the spec came from, for messages
+    notify_done: bool = False  # send a notification when this task is done (notify/)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from fleet_tui.scheduler.model import Command, Host, Question, RateLimit, TaskSpec
+from fleet_tui.scheduler.notify_store import SQL_TABLE as NOTIFY_TABLE
+from fleet_tui.scheduler.notify_store import SqliteNotifications
 from fleet_tui.scheduler.store import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
 
 SCHEMA_VERSION = 1
@@ -104,7 +106,7 @@ def _explain(e: sqlite3.Error, path: str) -> StoreError:
     return StoreError(f"store error on {path}: {msg}")
 
 
-class SqliteBase:
+class SqliteBase(SqliteNotifications):
     """Connection, schema and the side tables of the SQLite store."""
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
@@ -175,6 +177,7 @@ class SqliteBase:
                 for stmt in MIGRATIONS[v].split(";\n"):
                     if stmt.strip():
                         db.execute(stmt)
+            db.execute(NOTIFY_TABLE.format(real="REAL"))
             db.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )

@@ -1,0 +1,125 @@
+"""Notifications reach a real HTTP service, once per event, without holding the engine up.
+
+A JSON receiver on loopback (started by the test) stands in for ntfy/Slack/...: the config names
+it with an apprise ``json://`` URL, exactly as a user would. Everything runs through the real
+``fleet-tui`` command in subprocesses: ``add``, ``run --until-idle`` (one or two engines on one
+store), ``questions``/``answer``, ``doctor``; synchronisation is by polling for conditions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import by_name, fleet, fleet_bg, quiet_home, wait_for
+from tests.notify.receiver import Receiver
+
+pytestmark = pytest.mark.timeout(180)
+
+ASK_THEN_FAIL = '@sim ask="Which license header?" options=MIT,Apache\n@sim fail=cannot-continue'
+
+
+def configure(home: Path, *lines: str) -> None:
+    quiet_home(home)
+    cfg = home / "config.toml"
+    cfg.write_text(cfg.read_text() + 'notify_desktop = "off"\n' + "".join(line + "\n" for line in lines))
+
+
+def questions(home: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads(fleet(home, "questions", "--json").stdout)
+    return rows
+
+
+def finish(runs: list[subprocess.Popen[bytes]], log: Path) -> None:
+    for run in runs:
+        try:
+            code = run.wait(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait(10)
+        assert code == 0, log.read_text()
+
+
+def test_a_question_and_a_parked_task_each_post_once(tmp_path: Path) -> None:
+    rx = Receiver()
+    home = tmp_path / "home"
+    configure(home, f'notify = ["{rx.url("fleet")}"]')
+    try:
+        fleet(home, "add", ASK_THEN_FAIL, "--coder", "sim", "--name", "asker", "--cwd", str(tmp_path),
+              "--max-retries", "0")  # fmt: skip
+        run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+        try:
+            (q,) = wait_for(lambda: questions(home), 90, 0.2, "the question")
+            (post,) = wait_for(lambda: rx.titled("asks"), 30, 0.1, "the question's POST")
+            assert post["title"] == "asker asks"
+            assert "Which license header?" in post["message"] and "[MIT | Apache]" in post["message"]
+            assert f"fleet-tui answer {q['id']} MIT" in post["message"]  # what to type to act on it
+            fleet(home, "answer", q["id"], "MIT")
+        finally:
+            finish([run], tmp_path / "run.log")
+        assert by_name(home)["asker"]["status"] == "needs_human"
+        (parked,) = wait_for(lambda: rx.titled("needs you"), 30, 0.1, "the needs_human POST")
+        assert parked["title"] == "asker needs you"
+        assert "retries_exhausted" in parked["message"] and "fleet-tui retry asker" in parked["message"]
+        assert len(rx.titled("asks")) == 1 and rx.paths[0] == "/fleet"
+        drained = rx.titled("drained")
+        assert len(drained) == 1 and "1 need you" in drained[0]["message"]
+        doctor = fleet(home, "doctor", check=False).stdout
+        assert "notifications: 3 sent, 0 failed" in doctor, doctor
+    finally:
+        rx.close()
+
+
+def test_two_engines_on_one_store_send_each_event_once(tmp_path: Path) -> None:
+    rx = Receiver()
+    home = tmp_path / "home"
+    configure(home, f'notify = ["{rx.url()}"]')
+    try:
+        fleet(home, "add", ASK_THEN_FAIL, "--coder", "sim", "--name", "asker", "--cwd", str(tmp_path),
+              "--max-retries", "0")  # fmt: skip
+        log = tmp_path / "run.log"
+        runs = [fleet_bg(home, "run", "--until-idle", log=log) for _ in range(2)]
+        try:
+            (q,) = wait_for(lambda: questions(home), 90, 0.2, "the question")
+            wait_for(lambda: rx.titled("asks"), 30, 0.1, "the question's POST")
+            fleet(home, "answer", q["id"], "Apache")
+        finally:
+            finish(runs, log)
+        wait_for(lambda: rx.titled("needs you"), 30, 0.1, "the needs_human POST")
+        assert len(rx.titled("asks")) == 1, rx.posts
+        assert len(rx.titled("needs you")) == 1, rx.posts
+        assert len(rx.titled("drained")) == 1, rx.posts
+    finally:
+        rx.close()
+
+
+def test_a_receiver_that_never_answers_does_not_slow_the_engine(tmp_path: Path) -> None:
+    rx = Receiver(hold=True)
+    home = tmp_path / "home"
+    configure(home, f'notify = ["{rx.url()}"]', "notify_timeout_s = 100", "max_concurrent = 2")
+    try:
+        fleet(home, "add", '@sim ask="Ship it?" options=yes,no', "--coder", "sim", "--name", "asker",
+              "--cwd", str(tmp_path))  # fmt: skip
+        fleet(home, "add", "@sim steps=12 pace=0.05", "--coder", "sim", "--name", "worker", "--cwd", str(tmp_path),
+              "--priority", "-1")  # fmt: skip
+        run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+        try:
+            wait_for(lambda: rx.holding == 1, 90, 0.1, "the receiver holding the question's POST")
+            # the notification is stuck in the receiver, yet the other agent's events flow to the end
+            wait_for(lambda: by_name(home)["worker"]["status"] == "done", 90, 0.2, "worker done")
+            assert rx.holding == 1
+            logs = fleet(home, "logs", "worker", "--json").stdout.splitlines()
+            assert sum(1 for line in logs if json.loads(line)["kind"] == "tool_call") == 12
+            (q,) = questions(home)
+            fleet(home, "answer", q["id"], "yes")
+            wait_for(lambda: by_name(home)["asker"]["status"] == "done", 90, 0.2, "asker done")
+        finally:
+            rx.release()
+            finish([run], tmp_path / "run.log")
+    finally:
+        rx.close()
