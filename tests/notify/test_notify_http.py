@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.notify.receiver import Receiver
 
 from helpers import by_name, fleet, fleet_bg, quiet_home, wait_for
-from tests.notify.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -105,8 +105,8 @@ def test_a_receiver_that_never_answers_does_not_slow_the_engine(tmp_path: Path) 
     try:
         fleet(home, "add", '@sim ask="Ship it?" options=yes,no', "--coder", "sim", "--name", "asker",
               "--cwd", str(tmp_path))  # fmt: skip
-        fleet(home, "add", "@sim steps=12 pace=0.05", "--coder", "sim", "--name", "worker", "--cwd", str(tmp_path),
-              "--priority", "-1")  # fmt: skip
+        fleet(home, "add", "@sim steps=12 pace=0.05", "--coder", "sim", "--name", "worker",
+              "--cwd", str(tmp_path), "--priority", "-1")  # fmt: skip
         run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
         try:
             wait_for(lambda: rx.holding == 1, 90, 0.1, "the receiver holding the question's POST")
