@@ -81,7 +81,7 @@ class Config:
     notify: tuple[str, ...] = ()
     notify_events: tuple[str, ...] = ("question", "needs_human", "drained", "rate_limit", "error")
     notify_desktop: Literal["auto", "on", "off"] = "auto"
-    notify_terminal: Literal["auto", "on", "off"] = "auto"
+    notify_terminal: Literal["osc9", "osc777", "bell", "off"] = "osc9"
     notify_timeout_s: float = 10.0
     telegram_token: str | None = None
     telegram_chat: str | None = None
@@ -198,8 +198,9 @@ KEYS: dict[str, _Key] = {
     ),
     "notify_terminal": _Key(
         "str",
-        "terminal bell + OSC 9/777 notifications: auto = when the engine writes to a terminal",
-        choices=("auto", "on", "off"),
+        "notifications in the engine's terminal (the cockpit's, or run's): a bell plus an OSC 9"
+        " (iTerm2, WezTerm, Ghostty, Windows Terminal) or OSC 777 (VTE, foot) pop-up, a bell only, or off",
+        choices=("osc9", "osc777", "bell", "off"),
     ),
     "notify_timeout_s": _Key("float", "give up sending one notification to one target after this", above=0),
     "telegram_token": _Key(
