@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 
 from fleet_tui.notify.notice import Notice
 
 QID_RE = re.compile(r"\b(q-[0-9a-f]{6,})\b")
 POLL_S = 25
+T = TypeVar("T")
 
 
 class TelegramError(RuntimeError):
@@ -131,9 +135,7 @@ class Telegram:
         backoff = 1.0
         while not self.stopped:
             try:
-                updates = await anyio.to_thread.run_sync(
-                    self.poll_once, limiter=limiter, abandon_on_cancel=True
-                )
+                updates = await in_daemon_thread(self.poll_once)
                 backoff = 1.0
             except TelegramError as e:
                 report(f"telegram: {e}")
@@ -154,6 +156,30 @@ class Telegram:
                     await anyio.to_thread.run_sync(self.call, "sendMessage", out, limiter=limiter)
                 except TelegramError as e:
                     report(f"telegram: {e}")
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` on a daemon thread of its own: a long poll left hanging when the engine stops must
+    not keep the process alive (anyio's worker threads are joined at exit)."""
+    done = anyio.Event()
+    box: dict[str, Any] = {}
+    token = anyio.lowlevel.current_token()
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:
+            box["error"] = e
+        try:
+            anyio.from_thread.run_sync(done.set, token=token)
+        except Exception:
+            pass  # the loop is gone: nobody waits any more
+
+    threading.Thread(target=work, name="telegram poll", daemon=True).start()
+    await done.wait()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return,unused-ignore]
 
 
 def _who(user: Any) -> str:
