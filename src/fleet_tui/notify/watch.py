@@ -80,6 +80,7 @@ class Watcher:
         self.sent = 0
         self.failed = 0
         self.pending: list[Tracker] = []
+        self._closing = False
 
     @property
     def cfg(self) -> Config:
@@ -135,6 +136,7 @@ class Watcher:
             finally:
                 # the engine stops (``run --until-idle`` right after the last transition): what
                 # it did last may still sit unread on the bus, and sends may be under way
+                self._closing = True
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self.cfg.notify_timeout_s + 2):
                     await self._final_sweep()
                     await anyio.to_thread.run_sync(self._wait_pending, limiter=anyio.CapacityLimiter(1))
@@ -262,7 +264,9 @@ class Watcher:
         self.pending = [p for p in self.pending if not p.done.is_set()] + [tracker]
         for w in workers:
             w.submit(n, tracker)
-        if desktop is not None and self._tg is not None:
+        if desktop is not None and self._closing:
+            await self._send_desktop(desktop, n, tracker)  # the task group is going: send it now
+        elif desktop is not None and self._tg is not None:
             self._tg.start_soon(self._send_desktop, desktop, n, tracker)
 
     def _finished(self, n: Notice, results: list[Result]) -> None:
@@ -275,12 +279,16 @@ class Watcher:
         self.engine.store.finish_notification(n.key, "failed" if bad else "sent", detail, time.time())
 
     async def _send_desktop(self, d: Desktop, n: Notice, tracker: Tracker) -> None:
+        res = Result(d.name, False, "desktop: the engine stopped first")
         try:
-            await d.send(n, self._answer_from_desktop)
+            with anyio.CancelScope(shield=True):  # bounded by notify_timeout_s: let it finish
+                await d.send(n, self._answer_from_desktop)
             res = Result(d.name, True)
         except Exception as e:
             res = Result(d.name, False, f"desktop: {type(e).__name__}: {e}"[:300])
-        await anyio.to_thread.run_sync(tracker.report, res)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(tracker.report, res)
 
     def _answer_from_desktop(self, qid: str, text: str) -> None:
         if self._tg is not None:
