@@ -204,9 +204,18 @@ KEYS: dict[str, _Key] = {
     ),
     "notify_timeout_s": _Key("float", "give up sending one notification to one target after this", above=0),
     "telegram_token": _Key(
-        "str", "a Telegram bot's token: questions are sent there and can be answered from the chat", True
+        "str",
+        "a Telegram bot's token (from @BotFather): notifications go to telegram_chat, questions are"
+        " answered from there",
+        True,
+        example='"123456789:AA..."',
     ),
-    "telegram_chat": _Key("str", "the Telegram chat id the bot writes to; only this chat may answer", True),
+    "telegram_chat": _Key(
+        "str",
+        "the Telegram chat id the bot writes to; only this chat may answer",
+        True,
+        example='"123456789"',
+    ),
     "telegram_api": _Key("str", "the Telegram Bot API base URL (a self-hosted Bot API server)"),
     "loop_same_call": _Key(
         "int", "park a task whose agent makes the same tool call this many times in a row (0: off)", low=0

@@ -1,7 +1,7 @@
 """Notifications wherever the person is, answers from there, and agents caught looping.
 
 The entry points the rest of fleet-tui uses: ``watch(engine)`` (a task of every engine: it follows
-the engine's events, notifies and guards against loops, see watch.py), ``use_terminal`` (the
+the engine's events, notifies and guards against loops, see watcher.py), ``use_terminal`` (the
 cockpit hands over its own terminal writer so notifications never tear its screen),
 ``engine_failed`` (the engine's last words) and ``send_test`` (``fleet-tui notify test``).
 Nothing here imports textual or rich: it runs inside the headless engine too.
@@ -33,7 +33,7 @@ def use_terminal(engine: Engine, write: Callable[[str], Any]) -> None:
 
 async def watch(engine: Engine) -> None:
     """Run the notifier and loop guard of ``engine`` until cancelled."""
-    from fleet_tui.notify.watch import Watcher
+    from fleet_tui.notify.watcher import Watcher
 
     await Watcher(engine, _terminals.get(engine)).run()
 
@@ -41,7 +41,7 @@ async def watch(engine: Engine) -> None:
 async def engine_failed(engine: Engine, error: BaseException) -> None:
     """The engine stops on an error: tell the person (bounded by notify_timeout_s, never raises)."""
     from fleet_tui.notify.send import wants
-    from fleet_tui.notify.watch import build_targets
+    from fleet_tui.notify.watcher import build_targets
 
     try:
         cfg = engine.cfg
@@ -77,7 +77,7 @@ async def engine_failed(engine: Engine, error: BaseException) -> None:
 def send_test(cfg: Config) -> list[Result]:
     """Send a test notification to every configured target, each result (``notify test``)."""
     from fleet_tui.notify.desktop import Desktop
-    from fleet_tui.notify.watch import build_targets, desktop_wanted
+    from fleet_tui.notify.watcher import build_targets, desktop_wanted
 
     problems: list[str] = []
     targets = build_targets(cfg, None, problems)
