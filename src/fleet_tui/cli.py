@@ -472,7 +472,8 @@ def cmd_notify(ctx: Ctx) -> int:
             "(any apprise URL), or set telegram_token and telegram_chat"
         )
     for r in results:
-        print(f"{'ok ' if r.ok else '-- '} {r.target}{'' if r.ok else ': ' + r.detail}")
+        said = r.target if r.ok else r.detail if r.detail.startswith(r.target) else f"{r.target}: {r.detail}"
+        print(f"{'ok ' if r.ok else '-- '} {said}")
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -123,3 +123,54 @@ def test_a_receiver_that_never_answers_does_not_slow_the_engine(tmp_path: Path) 
             finish([run], tmp_path / "run.log")
     finally:
         rx.close()
+
+
+def test_notify_test_reports_each_target(tmp_path: Path) -> None:
+    import socket
+
+    from tests.notify.fake_telegram import FakeTelegram
+
+    rx = Receiver()
+    tg = FakeTelegram("42:tok")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    home = tmp_path / "home"
+    try:
+        configure(home)
+        none = fleet(home, "notify", "test", check=False)
+        assert none.returncode == 1 and "no notification targets" in none.stderr
+        with (home / "config.toml").open("a") as fh:
+            fh.write(
+                f'notify = ["{rx.url("ok")}", "json://127.0.0.1:{dead}/dead"]\nnotify_timeout_s = 5\n'
+                f'telegram_token = "42:tok"\ntelegram_chat = "7"\ntelegram_api = "{tg.api}"\n'
+            )
+        out = fleet(home, "notify", "test", check=False)
+        assert out.returncode == 1, out
+        lines = out.stdout.splitlines()
+        assert f"ok  json://127.0.0.1:{rx.port}/ok" in lines, lines
+        assert "ok  telegram" in lines, lines
+        assert any(x.startswith(f"--  json://127.0.0.1:{dead}/dead: ") for x in lines), lines
+        assert [p["title"] for p in rx.posts] == ["fleet-tui test notification"]
+        assert tg.sent[0]["chat"]["id"] == 7 and "fleet-tui test notification" in tg.sent[0]["text"]
+    finally:
+        rx.close()
+        tg.close()
+
+
+def test_failed_sends_are_counted_and_shown_by_doctor(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    home = tmp_path / "home"
+    configure(home, f'notify = ["json://127.0.0.1:{dead}/gone"]', "notify_timeout_s = 3")
+    fleet(home, "add", "@sim fail=x", "--coder", "sim", "--name", "parks", "--cwd", str(tmp_path),
+          "--max-retries", "0")  # fmt: skip
+    fleet(home, "run", "--until-idle")
+    assert by_name(home)["parks"]["status"] == "needs_human"
+    doctor = fleet(home, "doctor", check=False).stdout
+    line = next(x for x in doctor.splitlines() if "notifications:" in x)
+    assert line.startswith("--  notifications: 0 sent, 2 failed  (json://"), line  # parked + drained
+    assert f"last failure: json://127.0.0.1:{dead}/gone: " in line, line

@@ -85,7 +85,7 @@ class AppriseTarget:
                 setattr(plugin, attr, timeout_s)
         self.plugin: Any = plugin
         try:
-            self.name = str(plugin.url(privacy=True))
+            self.name = str(plugin.url(privacy=True)).split("?")[0]
         except Exception:
             self.name = _redact(url)
 

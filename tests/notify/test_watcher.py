@@ -1,0 +1,145 @@
+"""The notifier's decisions on the engine's events: which kinds go where, done per task, rate limits
+and their end, the fleet drained, and one send per event across watchers sharing a store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fleet_tui.config import Config, ConfigError, load_config
+from fleet_tui.notify.notice import Notice
+from fleet_tui.notify.send import Worker, split_entry, terminal_sequence
+from fleet_tui.notify.watcher import Watcher
+from fleet_tui.scheduler.bus import Bus
+from fleet_tui.scheduler.model import EngineEvent, Gauges, RateLimit, Snapshot, Task, TaskSpec
+from fleet_tui.scheduler.sqlite_store import SqliteStore
+from fleet_tui.scheduler.states import TaskStatus
+
+
+class Recorder:
+    def __init__(self, name: str, kinds: tuple[str, ...] | None = None) -> None:
+        self.name = name
+        self.kinds = kinds
+        self.got: list[Notice] = []
+        self.cond = threading.Condition()
+
+    def send(self, n: Notice) -> None:
+        with self.cond:
+            self.got.append(n)
+            self.cond.notify_all()
+
+    def titles(self, count: int) -> list[str]:
+        with self.cond:
+            self.cond.wait_for(lambda: len(self.got) >= count, timeout=10)
+            return [n.title for n in self.got]
+
+
+@dataclass
+class StubEngine:
+    store: Any
+    cfg: Config
+    owner: str
+    snap: Snapshot = field(default_factory=lambda: Snapshot(taken_at=0.0))
+    bus: Bus = field(default_factory=Bus)
+    runners: dict[str, Any] = field(default_factory=dict)
+
+    def clock(self) -> float:
+        return time.time()
+
+    def snapshot(self) -> Snapshot:
+        return self.snap
+
+    def wake(self) -> None:
+        pass
+
+
+def task(name: str, status: TaskStatus, notify_done: bool = False, reason: str | None = None) -> Task:
+    return Task(id=f"t-{name}", spec=TaskSpec(name=name, prompt="p", notify_done=notify_done), status=status,
+                reason=reason, attempt=1, updated_at=time.time(), result_text="All green.")  # fmt: skip
+
+
+CFG = Config(notify_events=("question", "needs_human", "rate_limit", "drained"), notify_desktop="off",
+             notify_terminal="off")  # fmt: skip
+
+
+def watcher(store: Any, owner: str, *targets: Recorder) -> Watcher:
+    w = Watcher(StubEngine(store, CFG, owner))  # type: ignore[arg-type]
+    w.workers = [Worker(t) for t in targets]
+    return w
+
+
+@pytest.mark.anyio
+async def test_kinds_done_per_task_rate_limits_drained_and_one_send_per_event(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    everything, done_only = Recorder("all"), Recorder("done-only", ("done",))
+    a = watcher(store, "engine-a", everything, done_only)
+    twin = Recorder("twin")
+    b = watcher(store, "engine-b", twin)  # a second engine on the same store
+    running = (task("one", TaskStatus.RUNNING, notify_done=True), task("two", TaskStatus.RUNNING))
+    finished = (task("one", TaskStatus.DONE, notify_done=True), task("two", TaskStatus.DONE))
+    for w in (a, b):
+        w.engine.snap = Snapshot(taken_at=0.0, tasks=running)  # type: ignore[attr-defined]
+        for t in running:
+            await w.handle(EngineEvent(kind="task", task=t))
+        for t in finished:
+            await w.handle(EngineEvent(kind="task", task=t))
+    # "done" is not in notify_events: only the task that asked for it, and the done-only target
+    assert everything.titles(1)[:1] == ["one done"]
+    assert sorted(done_only.titles(2)) == ["one done", "two done"]
+    reset = time.time() + 600
+    limited = Gauges(rate_limits=(RateLimit(account="claude", status="rejected", resets_at=reset),))
+    lifted = Gauges(rate_limits=(RateLimit(account="claude", status="allowed"),))
+    for w in (a, b):
+        w.engine.snap = Snapshot(taken_at=0.0, tasks=finished)  # type: ignore[attr-defined]
+        for g in (limited, limited, lifted, lifted):
+            await w.handle(EngineEvent(kind="gauges", gauges=g))
+    titles = everything.titles(4)
+    assert titles == ["one done", "claude rate-limited", "fleet drained: nothing left to run",
+                      "claude rate limit lifted"]  # fmt: skip
+    assert twin.got == []  # engine b saw every event too, and sent none of them
+    await anyio.sleep(0.2)
+    assert len(everything.got) == 4 and len(done_only.got) == 2
+    stats = store.notification_stats()
+    assert (stats.sent, stats.failed) == (5, 0)
+    store.close()
+
+
+def test_notify_entries_and_their_kinds(tmp_path: Path) -> None:
+    assert split_entry("ntfys://topic") == (None, "ntfys://topic")
+    assert split_entry("question,needs_human json://h/p?a=1,2") == (
+        ("question", "needs_human"),
+        "json://h/p?a=1,2",
+    )
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(
+        'notify = ["done json://127.0.0.1:9/x", "ntfys://t"]\nnotify_events = ["question", "done"]\n'
+    )
+    assert load_config(cfg).notify == ("done json://127.0.0.1:9/x", "ntfys://t")
+    cfg.write_text('notify = ["questoin json://h/x"]\n')
+    with pytest.raises(ConfigError, match=r"unknown kind 'questoin'.*did you mean 'question'"):
+        load_config(cfg)
+    cfg.write_text('notify = ["my-topic"]\n')
+    with pytest.raises(ConfigError, match="not a notification URL"):
+        load_config(cfg)
+    cfg.write_text('notify_events = ["questions"]\n')
+    with pytest.raises(ConfigError, match="unknown 'questions'"):
+        load_config(cfg)
+
+
+def test_terminal_sequences() -> None:
+    n = Notice(
+        key="k", kind="question", title="api asks", body="Which db; sqlite?", action="fleet-tui answer q-1 x"
+    )
+    assert terminal_sequence(n, "osc9", False) == "\x1b]9;api asks: Which db, sqlite?\x1b\\\a"
+    assert terminal_sequence(n, "osc777", False) == "\x1b]777;notify;api asks;Which db, sqlite?\x1b\\\a"
+    assert terminal_sequence(n, "bell", True) == "\a"
+    assert (
+        terminal_sequence(n, "osc9", True)
+        == "\x1bPtmux;\x1b\x1b]9;api asks: Which db, sqlite?\x1b\x1b\\\x1b\\\a"
+    )
