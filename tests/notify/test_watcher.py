@@ -40,7 +40,7 @@ class Recorder:
             return [n.title for n in self.got]
 
 
-@dataclass
+@dataclass(eq=False)  # hashable, like the real Engine
 class StubEngine:
     store: Any
     cfg: Config
@@ -143,3 +143,39 @@ def test_terminal_sequences() -> None:
         terminal_sequence(n, "osc9", True)
         == "\x1bPtmux;\x1b\x1b]9;api asks: Which db, sqlite?\x1b\x1b\\\x1b\\\a"
     )
+
+
+@pytest.mark.anyio
+async def test_the_engine_stopping_on_an_error_is_notified_once(tmp_path: Path) -> None:
+    from tests.notify.receiver import Receiver
+
+    from fleet_tui.notify import engine_failed
+
+    rx = Receiver()
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        cfg = Config(notify=(rx.url(),), notify_desktop="off", notify_terminal="off")
+        engine = StubEngine(store, cfg, "host:1:abc")
+        await engine_failed(engine, RuntimeError("database disk image is malformed"))  # type: ignore[arg-type]
+        await engine_failed(engine, RuntimeError("again"))  # type: ignore[arg-type]
+        (post,) = rx.posts
+        assert post["title"] == "fleet-tui engine stopped on an error"
+        assert "RuntimeError: database disk image is malformed" in post["message"]
+        assert "fleet-tui doctor" in post["message"]
+        assert store.notification_stats().sent == 1
+    finally:
+        store.close()
+        rx.close()
+
+
+def test_notify_done_in_a_task_file(tmp_path: Path) -> None:
+    from fleet_tui.taskfile import load_taskfile
+
+    f = tmp_path / "tasks.toml"
+    f.write_text('[[task]]\nname = "a"\nprompt = "p"\ncoder = "sim"\nnotify_done = true\n'
+                 '[[task]]\nname = "b"\nprompt = "p"\ncoder = "sim"\nnotify_done = "yes"\n')  # fmt: skip
+    res = load_taskfile(f, known_coders=["sim"])
+    assert [str(e) for e in res.errors] == [f"{f}:10: notify_done must be true or false, got a string"]
+    f.write_text('[[task]]\nname = "a"\nprompt = "p"\ncoder = "sim"\nnotify_done = true\n')
+    (spec,) = load_taskfile(f, known_coders=["sim"]).specs
+    assert spec.notify_done is True
