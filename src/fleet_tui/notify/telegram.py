@@ -138,6 +138,9 @@ class Telegram:
                 updates = await in_daemon_thread(self.poll_once)
                 backoff = 1.0
             except TelegramError as e:
+                if "HTTP 409" in str(e):  # another engine on this store polls the same bot: let it
+                    await anyio.sleep(30)
+                    continue
                 report(f"telegram: {e}")
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 60.0)

@@ -58,11 +58,18 @@ def describe_call(tool: str | None, tool_input: Any) -> str:
     return f'{tool or "tool"} "{text}"'
 
 
+def _remember(seen: set[int], h: int, limit: int = 100_000) -> None:
+    if len(seen) >= limit:  # an attempt this long: forget the oldest half of the past (any half)
+        for x in list(seen)[: limit // 2]:
+            seen.discard(x)
+    seen.add(h)
+
+
 @dataclass
 class _Attempt:
     calls: list[tuple[str, str]] = field(default_factory=list)  # (signature, description)
-    seen_calls: set[str] = field(default_factory=set)
-    seen_texts: set[str] = field(default_factory=set)
+    seen_calls: set[int] = field(default_factory=set)  # hashes: a long attempt stays small
+    seen_texts: set[int] = field(default_factory=set)
     tokens_since_new: int = 0
     tripped: bool = False
 
@@ -91,8 +98,8 @@ class LoopDetector:
         lim = self.limits
         if e.kind == "tool_call":
             sig = call_signature(e.tool, e.tool_input)
-            if sig not in a.seen_calls:
-                a.seen_calls.add(sig)
+            if hash(sig) not in a.seen_calls:
+                _remember(a.seen_calls, hash(sig))
                 a.tokens_since_new = 0
             a.calls.append((sig, describe_call(e.tool, e.tool_input)))
             if len(a.calls) > 4 * lim.max_period * max(lim.same_call, 1):
@@ -100,9 +107,9 @@ class LoopDetector:
             if lim.same_call > 1:
                 return self._repeated(a.calls, lim.same_call, lim.max_period)
         elif e.kind == "text" and e.text:
-            norm = " ".join(e.text.split())
+            norm = hash(" ".join(e.text.split()) if len(e.text) < 20_000 else e.text)
             if norm not in a.seen_texts:
-                a.seen_texts.add(norm)
+                _remember(a.seen_texts, norm)
                 a.tokens_since_new = 0
         if e.usage is not None and lim.output_tokens > 0:
             a.tokens_since_new += e.usage.output_tokens
