@@ -67,7 +67,7 @@ def _remember(seen: set[int], h: int, limit: int = 100_000) -> None:
 
 @dataclass
 class _Attempt:
-    calls: list[tuple[str, str]] = field(default_factory=list)  # (signature, description)
+    calls: list[tuple[int, Event]] = field(default_factory=list)  # (signature hash, the call)
     seen_calls: set[int] = field(default_factory=set)  # hashes: a long attempt stays small
     seen_texts: set[int] = field(default_factory=set)
     tokens_since_new: int = 0
@@ -86,7 +86,9 @@ class LoopDetector:
             del self._att[k]
 
     def feed(self, e: Event) -> str | None:
-        a = self._att.setdefault((e.task_id, e.attempt), _Attempt())
+        a = self._att.get((e.task_id, e.attempt))
+        if a is None:
+            a = self._att[(e.task_id, e.attempt)] = _Attempt()
         if a.tripped:
             return None
         reason = self._feed(a, e)
@@ -97,17 +99,17 @@ class LoopDetector:
     def _feed(self, a: _Attempt, e: Event) -> str | None:
         lim = self.limits
         if e.kind == "tool_call":
-            sig = call_signature(e.tool, e.tool_input)
-            if hash(sig) not in a.seen_calls:
-                _remember(a.seen_calls, hash(sig))
+            sig = hash(call_signature(e.tool, e.tool_input))
+            if sig not in a.seen_calls:
+                _remember(a.seen_calls, sig)
                 a.tokens_since_new = 0
-            a.calls.append((sig, describe_call(e.tool, e.tool_input)))
+            a.calls.append((sig, e))
             if len(a.calls) > 4 * lim.max_period * max(lim.same_call, 1):
                 del a.calls[: len(a.calls) // 2]
             if lim.same_call > 1:
                 return self._repeated(a.calls, lim.same_call, lim.max_period)
         elif e.kind == "text" and e.text:
-            norm = hash(" ".join(e.text.split()) if len(e.text) < 20_000 else e.text)
+            norm = hash(e.text.strip())
             if norm not in a.seen_texts:
                 _remember(a.seen_texts, norm)
                 a.tokens_since_new = 0
@@ -118,17 +120,20 @@ class LoopDetector:
         return None
 
     @staticmethod
-    def _repeated(calls: list[tuple[str, str]], n: int, max_period: int) -> str | None:
+    def _repeated(calls: list[tuple[int, Event]], n: int, max_period: int) -> str | None:
+        last = len(calls) - 1
         for p in range(1, max_period + 1):
             if len(calls) < p * n:
                 return None
+            if calls[last][0] != calls[last - p][0]:
+                continue  # the cheap test first: most calls end every streak here
             tail = [s for s, _ in calls[-p * n :]]
             block = tail[:p]
             if p > 1 and len(set(block)) < p:
                 continue  # a shorter period covers it
             if all(tail[i] == block[i % p] for i in range(len(tail))):
+                said = [describe_call(e.tool, e.tool_input) for _, e in calls[-p:]]
                 if p == 1:
-                    return f"{calls[-1][1]} {n} times in a row"
-                cycle = " / ".join(d for _, d in calls[-p:])
-                return f"{cycle} repeated {n} times"
+                    return f"{said[0]} {n} times in a row"
+                return f"{' / '.join(said)} repeated {n} times"
         return None
