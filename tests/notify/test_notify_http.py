@@ -174,3 +174,25 @@ def test_failed_sends_are_counted_and_shown_by_doctor(tmp_path: Path) -> None:
     line = next(x for x in doctor.splitlines() if "notifications:" in x)
     assert line.startswith("--  notifications: 0 sent, 2 failed  (json://"), line  # parked + drained
     assert f"last failure: json://127.0.0.1:{dead}/gone: " in line, line
+
+
+def test_a_rate_limited_account_is_notified_and_so_is_its_end(tmp_path: Path) -> None:
+    rx = Receiver()
+    home = tmp_path / "home"
+    configure(home, f'notify = ["{rx.url()}"]')
+    try:
+        fleet(home, "add", "@sim:1 rate-limit=3\n@sim:2+ steps=1", "--coder", "sim", "--name", "limited",
+              "--cwd", str(tmp_path))  # fmt: skip
+        run = fleet_bg(home, "run", log=tmp_path / "run.log")
+        try:
+            wait_for(lambda: by_name(home)["limited"]["status"] == "done", 120, 0.3, "the task done")
+            wait_for(lambda: rx.titled("lifted"), 30, 0.1, "the lifted notice")
+        finally:
+            run.terminate()
+            run.wait(60)
+        titles = [p["title"] for p in rx.posts]
+        assert [t for t in titles if "rate" in t] == ["sim rate-limited", "sim rate limit lifted"], titles
+        (limited,) = rx.titled("rate-limited")
+        assert "new starts on sim wait until" in limited["message"] and "fleet-tui plan" in limited["message"]
+    finally:
+        rx.close()

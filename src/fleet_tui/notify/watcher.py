@@ -222,16 +222,19 @@ class Watcher:
         queued = sum(1 for t in snap.tasks if t.status == TaskStatus.QUEUED)
         current = {rl.account: rl for rl in g.rate_limits}
         for rl in g.rate_limits:
-            if (
-                rl.status == "rejected"
-                and rl.account not in self.rate_seen
-                and (rl.resets_at or now + 1) > now
-            ):
-                self.rate_seen[rl.account] = rl.resets_at
-                await self.emit(nt.rate_limited_notice(rl, queued))
+            if rl.status != "rejected":
+                continue
+            if (rl.resets_at or now + 1) > now:
+                if rl.account not in self.rate_seen:
+                    self.rate_seen[rl.account] = rl.resets_at
+                    await self.emit(nt.rate_limited_notice(rl, queued))
+            elif rl.resets_at is not None and now - rl.resets_at < 3600:
+                # its reset time passed (seen by this engine, or by whichever engine is up then)
+                self.rate_seen.pop(rl.account, None)
+                await self.emit(nt.rate_resumed_notice(rl.account, rl.resets_at))
         for account, resets in list(self.rate_seen.items()):
             now_rl = current.get(account)
-            if now_rl is None or now_rl.status != "rejected" or (resets is not None and now >= resets):
+            if now_rl is None or now_rl.status != "rejected":
                 del self.rate_seen[account]
                 await self.emit(nt.rate_resumed_notice(account, resets))
         await self._check_drained(snap.tasks)
