@@ -453,7 +453,10 @@ def get_value(path: Path, key: str) -> str:
     """The value of one key as ``config get`` prints it (``none`` when an optional key is unset)."""
     if key not in KEYS:
         raise _unknown(key)
-    return format_value(getattr(load_config(path), key))
+    value = getattr(load_config(path), key)
+    if KEYS[key].kind == "strs" and not KEYS[key].split:
+        return _toml_text(value)  # URLs may hold commas: a TOML array reads back unambiguously
+    return format_value(value)
 
 
 # --------------------------------------------------------------------------------------------

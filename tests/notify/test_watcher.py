@@ -179,3 +179,15 @@ def test_notify_done_in_a_task_file(tmp_path: Path) -> None:
     f.write_text('[[task]]\nname = "a"\nprompt = "p"\ncoder = "sim"\nnotify_done = true\n')
     (spec,) = load_taskfile(f, known_coders=["sim"]).specs
     assert spec.notify_done is True
+
+
+def test_config_set_and_get_notify_urls_with_commas(tmp_path: Path) -> None:
+    from fleet_tui.config import get_value, set_value
+
+    cfg = tmp_path / "config.toml"
+    set_value(cfg, "notify", "ntfys://topic?tags=a,b")  # one URL: never split on its commas
+    assert get_value(cfg, "notify") == '["ntfys://topic?tags=a,b"]'
+    set_value(cfg, "notify", '["question ntfys://a", "json://h/x?to=a,b"]')
+    shown = get_value(cfg, "notify")
+    set_value(cfg, "notify", shown)  # what get prints, set reads back
+    assert load_config(cfg).notify == ("question ntfys://a", "json://h/x?to=a,b")
