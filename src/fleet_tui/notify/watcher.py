@@ -87,7 +87,7 @@ class Watcher:
         return self.engine.cfg
 
     # -- targets (rebuilt when the config changes) ------------------------------------------------
-    def _sync_targets(self) -> None:
+    async def _sync_targets(self) -> None:
         c = self.cfg
         sig = (c.notify, c.notify_terminal, c.notify_desktop, c.notify_timeout_s,
                c.telegram_token, c.telegram_chat, c.telegram_api)  # fmt: skip
@@ -97,21 +97,16 @@ class Watcher:
         for w in self.workers:
             w.stop()
         problems: list[str] = []
-        targets = build_targets(c, self.terminal, problems)
+        # on a thread: the first apprise import takes most of a second, the engine must not wait
+        targets = await anyio.to_thread.run_sync(build_targets, c, self.terminal, problems)
         for p in problems:
             self._notice(p)
-        self.workers = [Worker(t) for t in targets if not isinstance(t, Telegram)]
-        tele = next((t for t in targets if isinstance(t, Telegram)), None)
-        if tele is not None:
-            self.workers.append(Worker(tele))
-        if (tele is None) != (self.telegram is None) or (
-            tele is not None and self.telegram is not None and tele.token != self.telegram.token
-        ):
-            if self.telegram is not None:
-                self.telegram.stopped = True
-            self.telegram = tele
-            if tele is not None and self._tg is not None:
-                self._tg.start_soon(self._poll_telegram, tele)
+        self.workers = [Worker(t) for t in targets]
+        if self.telegram is not None:
+            self.telegram.stopped = True  # its poller ends after its current long poll
+        self.telegram = next((t for t in targets if isinstance(t, Telegram)), None)
+        if self.telegram is not None and self._tg is not None:
+            self._tg.start_soon(self._poll_telegram, self.telegram)
         self.desktop = Desktop(c.notify_timeout_s) if desktop_wanted(c) else None
 
     def _notice(self, text: str) -> None:
@@ -121,7 +116,7 @@ class Watcher:
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            self._sync_targets()
+            await self._sync_targets()
             snap = self.engine.snapshot()
             self.prev = {t.id: t for t in snap.tasks}
             self.active = any(t.status not in nt.SETTLED for t in snap.tasks)
@@ -130,7 +125,7 @@ class Watcher:
                 await self.emit(nt.question_notice(q, names.get(q.task_id, q.task_id)))
             try:
                 async for batch in self.engine.subscribe():
-                    self._sync_targets()
+                    await self._sync_targets()
                     for ee in batch:
                         await self.handle(ee)
             finally:
