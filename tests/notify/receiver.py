@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -65,3 +67,16 @@ class Receiver:
         self.release()
         self.server.shutdown()
         self.server.server_close()
+
+
+def need_program(program: str, package: str) -> str:
+    """A system program's path; skip (fail under CI=true) saying which Debian package has it."""
+    import pytest
+
+    path = shutil.which(program)
+    if path is None:
+        msg = f"{program} is not installed: apt-get install {package}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path

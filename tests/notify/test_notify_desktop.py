@@ -10,7 +10,6 @@ agent goes on with the answer.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.notify.receiver import need_program
 
 from fleet_tui.scheduler.store import open_store
 from helpers import by_name, fleet, fleet_bg, fleet_env, quiet_home, wait_for
@@ -27,8 +27,7 @@ pytestmark = pytest.mark.timeout(180)
 
 class Server:
     def __init__(self) -> None:
-        if shutil.which("dbus-run-session") is None:
-            pytest.fail("dbus-run-session is missing: install the Debian package dbus")
+        need_program("dbus-run-session", "dbus")
         self.proc = subprocess.Popen(
             ["dbus-run-session", "--", sys.executable, str(Path(__file__).with_name("dbus_server.py"))],
             stdin=subprocess.PIPE,

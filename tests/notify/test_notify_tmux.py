@@ -11,7 +11,6 @@ for questions, so the flag here comes from the notification path.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.notify.receiver import need_program
 
 from helpers import fleet, quiet_home, wait_for
 
@@ -30,9 +30,7 @@ def _sh(value: str) -> str:
 
 
 def test_a_parked_task_rings_tmux_from_the_cockpit_in_a_background_window(tmp_path: Path) -> None:
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        pytest.fail("tmux is not installed: apt-get install tmux")
+    tmux = need_program("tmux", "tmux")
     home = tmp_path / "home"
     quiet_home(home)
     with (home / "config.toml").open("a") as fh:
