@@ -1,9 +1,9 @@
 """A minimal freedesktop notification server for tests, on the session bus it is started in.
 
 Run inside ``dbus-run-session``. It owns ``org.freedesktop.Notifications``, advertises actions and
-inline replies (as KDE's server does), prints every ``Notify`` call as one JSON line on stdout
-(after a first line ``{"address": ...}`` naming the bus), and on stdin takes commands a person's
-click would cause: ``invoke ID ACTION_KEY`` (a button) or ``reply ID TEXT`` (the reply field).
+inline replies (as KDE's server does), prints every ``Notify`` and ``CloseNotification`` call as
+one JSON line on stdout (after a first line ``{"address": ...}`` naming the bus), and on stdin
+takes commands a person's click would cause: ``invoke ID ACTION_KEY`` (a button) or ``reply ID TEXT`` (the reply field).
 """
 
 # ruff: noqa: F722, F821
@@ -58,6 +58,7 @@ class Notifications(ServiceInterface):
 
     @method()
     def CloseNotification(self, nid: "u") -> None:
+        print(json.dumps({"closed": nid}), flush=True)
         self.NotificationClosed(nid, 3)
 
     @signal()

@@ -66,7 +66,7 @@ def test_a_question_is_answered_from_the_desktop_notification(tmp_path: Path) ->
     with (home / "config.toml").open("a") as fh:
         fh.write('notify_desktop = "on"\nnotify_terminal = "off"\n')
     env = fleet_env(home, DBUS_SESSION_BUS_ADDRESS=server.address)
-    prompt = '@sim ask="Which license?" options=MIT,Apache\n@sim ask="Name the release?"'
+    prompt = '@sim ask="Which license?" options=MIT,Apache\n@sim ask="Name the release?"\n@sim ask="Ship it?"'
     fleet(home, "add", prompt, "--coder", "sim", "--name", "desk", "--cwd", str(tmp_path), env=env)
     run = fleet_bg(home, "run", "--until-idle", env=env, log=tmp_path / "run.log")
     try:
@@ -84,6 +84,17 @@ def test_a_question_is_answered_from_the_desktop_notification(tmp_path: Path) ->
         note = wait_for(second, 90, 0.1, "the second question's notification")
         assert "MIT" not in note["actions"] and "Answer" in note["actions"]  # no choices: a reply field
         server.command(f"reply {note['id']} Aurora")
+
+        def third() -> dict[str, Any] | None:
+            rest = [n for n in server.notifications() if "Ship it?" in n["body"]]
+            return rest[0] if rest else None
+
+        ship = wait_for(third, 90, 0.1, "the third question's notification")
+        (q,) = json.loads(fleet(home, "questions", "--json", env=env).stdout)
+        fleet(home, "answer", q["id"], "yes", env=env)  # answered at a shell: the pop-up goes away
+        wait_for(
+            lambda: {"closed": ship["id"]} in server.lines, 30, 0.1, "the answered question's pop-up closed"
+        )
         assert run.wait(120) == 0, (tmp_path / "run.log").read_text()
     finally:
         if run.poll() is None:
@@ -100,4 +111,5 @@ def test_a_question_is_answered_from_the_desktop_notification(tmp_path: Path) ->
         qs = store.questions(task["id"])
     finally:
         store.close()
-    assert [(q.answer, q.answered_by) for q in qs] == [("Apache", "desktop"), ("Aurora", "desktop")]
+    assert [(q.answer, q.answered_by) for q in qs][:2] == [("Apache", "desktop"), ("Aurora", "desktop")]
+    assert qs[2].answer == "yes" and qs[2].answered_by != "desktop"

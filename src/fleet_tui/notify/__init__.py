@@ -32,10 +32,19 @@ def use_terminal(engine: Engine, write: Callable[[str], Any]) -> None:
 
 
 async def watch(engine: Engine) -> None:
-    """Run the notifier and loop guard of ``engine`` until cancelled."""
+    """Run the notifier and loop guard of ``engine`` until cancelled. A failure in here must never
+    take the engine down: it is reported as a notice and the watcher starts afresh."""
     from fleet_tui.notify.watcher import Watcher
+    from fleet_tui.scheduler.model import EngineEvent
 
-    await Watcher(engine, _terminals.get(engine)).run()
+    while True:
+        try:
+            await Watcher(engine, _terminals.get(engine)).run()
+            return
+        except Exception as e:
+            text = f"notifications: {type(e).__name__}: {e}; restarting them"
+            engine.bus.publish([EngineEvent(kind="notice", text=text)])
+            await anyio.sleep(1.0)
 
 
 async def engine_failed(engine: Engine, error: BaseException) -> None:

@@ -34,6 +34,7 @@ class Desktop:
         self.kinds: tuple[str, ...] | None = None
         self.timeout_s = timeout_s
         self._notifier: Any = None
+        self.shown: dict[str, str] = {}  # task id -> its question's notification, until answered
 
     def _get(self) -> Any:
         if self._notifier is None:
@@ -59,7 +60,7 @@ class Desktop:
             )
         urgent = n.kind in ("question", "needs_human", "error")
         with anyio.fail_after(self.timeout_s):
-            await self._get().send(
+            ident = await self._get().send(
                 title=f"fleet-tui: {n.title}",
                 message=f"{n.body}\n{n.action}",
                 urgency=Urgency.Critical if urgent else Urgency.Normal,
@@ -67,3 +68,15 @@ class Desktop:
                 reply_field=reply,
                 timeout=0 if n.question_id else -1,
             )
+        if n.question_id and n.task_id:
+            self.shown[n.task_id] = str(ident)
+
+    async def withdraw(self, task_id: str) -> None:
+        """The task's question was answered (anywhere): its buttons would do nothing now."""
+        ident = self.shown.pop(task_id, None)
+        if ident is not None and self._notifier is not None:
+            try:
+                with anyio.move_on_after(self.timeout_s):
+                    await self._notifier.clear(ident)
+            except Exception:
+                pass  # already gone (clicked, dismissed, or the server restarted)

@@ -197,6 +197,8 @@ class Watcher:
     async def _task(self, t: Task) -> None:
         old = self.prev.get(t.id)
         self.prev[t.id] = t
+        if not t.asking and self.desktop is not None and t.id in self.desktop.shown and self._tg is not None:
+            self._tg.start_soon(self.desktop.withdraw, t.id)
         if t.status not in nt.SETTLED:
             self.active = True
         if t.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN, TaskStatus.QUEUED):
