@@ -3,7 +3,8 @@
 Run inside ``dbus-run-session``. It owns ``org.freedesktop.Notifications``, advertises actions and
 inline replies (as KDE's server does), prints every ``Notify`` and ``CloseNotification`` call as
 one JSON line on stdout (after a first line ``{"address": ...}`` naming the bus), and on stdin
-takes commands a person's click would cause: ``invoke ID ACTION_KEY`` (a button) or ``reply ID TEXT`` (the reply field).
+takes commands a person's click would cause: ``invoke ID ACTION_KEY`` (a button) or
+``reply ID TEXT`` (the reply field).
 """
 
 # ruff: noqa: F722, F821
