@@ -507,8 +507,28 @@ def cmd_doctor(ctx: Ctx) -> int:
         print(f"--  store: {e}")
         bad += 1
     print(f"ok  home {ctx.home}")
+    bad += _doctor_sandbox(ctx)
     bad += _doctor_notify(ctx)
     return 1 if bad else 0
+
+
+def _doctor_sandbox(ctx: Ctx) -> int:
+    """The sandbox line: whether bwrap works here, and whether tasks use it by default."""
+    from fleet_tui.config import ConfigError, config_path, load_config
+    from fleet_tui.scheduler.sandbox import probe
+
+    try:
+        mode = load_config(config_path(ctx.home)).sandbox
+    except ConfigError:
+        mode = "none"
+    ok, detail = probe()
+    use = f"default sandbox = {mode}"
+    if ok:
+        hint = "" if mode == "bwrap" else " (turn it on: fleet-tui config set sandbox bwrap)"
+        print(f"ok  sandbox bwrap usable ({detail}); {use}{hint}")
+        return 0
+    print(f"--  sandbox bwrap not usable: {detail}; {use}")
+    return 1 if mode == "bwrap" else 0
 
 
 def _doctor_notify(ctx: Ctx) -> int:

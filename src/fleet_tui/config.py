@@ -81,6 +81,7 @@ class Config:
     host_tags: tuple[str, ...] = ()
     worktree_setup: str | None = None
     keep_worktrees: bool = False
+    sandbox: Literal["none", "bwrap"] = "none"
     notify: tuple[str, ...] = ()
     notify_events: tuple[str, ...] = ("question", "needs_human", "drained", "rate_limit", "error")
     notify_desktop: Literal["auto", "on", "off"] = "auto"
@@ -182,6 +183,12 @@ KEYS: dict[str, _Key] = {
         "str", "command run in each new worktree before its agent starts", True, example='"uv sync"'
     ),
     "keep_worktrees": _Key("bool", "keep worktrees of finished tasks instead of removing clean ones"),
+    "sandbox": _Key(
+        "str",
+        "run agents, verifiers and reviewers in a sandbox: bwrap (Linux bubblewrap) or none; a task's "
+        "own sandbox key wins (see README, Sandbox)",
+        choices=("none", "bwrap"),
+    ),
     "notify": _Key(
         "strs",
         "where notifications go: apprise URLs (ntfys://topic, tgram://bot/chat, json://host/path...);"
