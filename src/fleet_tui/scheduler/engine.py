@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from fleet_tui import __version__
+from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
 from fleet_tui.scheduler import shim as shimmod
@@ -155,6 +155,7 @@ class Engine(Controller):
                 outer.start_soon(self._lease_loop)
                 outer.start_soon(self._writer_loop)
                 outer.start_soon(self._command_loop)
+                outer.start_soon(notify.watch, self)  # notifications and the loop guard (notify/)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg
                     await self._adopt_orphans()
@@ -168,6 +169,10 @@ class Engine(Controller):
                         for r in list(self.runners.values()):
                             r.runner.stop("shutdown")
                 outer.cancel_scope.cancel()
+        except Exception as e:
+            with anyio.CancelScope(shield=True):
+                await notify.engine_failed(self, e)
+            raise
         finally:
             with anyio.CancelScope(shield=True):
                 if self.shim_pool is not None:

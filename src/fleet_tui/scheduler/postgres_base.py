@@ -32,6 +32,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from fleet_tui.scheduler import postgres_schema as ps
+from fleet_tui.scheduler.notify_store import SQL_TABLE as NOTIFY_TABLE
+from fleet_tui.scheduler.notify_store import PgNotifications
 from fleet_tui.scheduler.store import StoreError
 
 Conn = psycopg.Connection[DictRow]
@@ -133,7 +135,7 @@ class Pool:
     close = reset
 
 
-class PgBase:
+class PgBase(PgNotifications):
     """Opening, pooling, transactions and the change marker of a PostgresStore."""
 
     def __init__(
@@ -248,6 +250,7 @@ class PgBase:
                     )
                 for v in range(current, ps.SCHEMA_VERSION):
                     conn.execute(q(ps.MIGRATIONS[v]))
+                conn.execute(q(NOTIFY_TABLE.format(real="DOUBLE PRECISION")))
                 conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
                     " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",

@@ -17,6 +17,8 @@ from typing import Any
 from urllib.parse import quote
 
 from fleet_tui.scheduler.model import Command, Host, Question, RateLimit, TaskSpec
+from fleet_tui.scheduler.notify_store import SQL_TABLE as NOTIFY_TABLE
+from fleet_tui.scheduler.notify_store import SqliteNotifications
 from fleet_tui.scheduler.store import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
 
 SCHEMA_VERSION = 1
@@ -105,7 +107,7 @@ def _explain(e: sqlite3.Error, path: str) -> StoreError:
     return StoreError(f"store error on {path}: {msg}")
 
 
-class SqliteBase:
+class SqliteBase(SqliteNotifications):
     """Connection, schema and the side tables of the SQLite store."""
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000, readonly: bool = False) -> None:
@@ -230,6 +232,7 @@ class SqliteBase:
                 for stmt in MIGRATIONS[v].split(";\n"):
                     if stmt.strip():
                         db.execute(stmt)
+            db.execute(NOTIFY_TABLE.format(real="REAL"))
             db.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
