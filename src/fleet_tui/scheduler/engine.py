@@ -10,6 +10,7 @@ the store cheaply for changes made by other processes.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import secrets
 import time
@@ -41,11 +42,14 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
 )
 from fleet_tui.scheduler.outcome import Policy
+from fleet_tui.scheduler.owned import reap_stale
 from fleet_tui.scheduler.runner import AttemptRunner, RunLimits, ShimPool, write_lease
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store import Store
 from fleet_tui.scheduler.verify import AgentReviewer
 from fleet_tui.scheduler.view import build_snapshot, midnight
+
+log = logging.getLogger("fleet_tui.engine")
 
 #: gate reasons that clear by themselves as agents finish
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
@@ -65,6 +69,8 @@ class Running:
         self.done = anyio.Event()
         self.peak_mem = 0
         self.metrics_at = 0.0
+        #: the agent ended and its verifiers run (finish.py)
+        self.verifying = False
 
 
 class Engine(Controller):
@@ -155,12 +161,16 @@ class Engine(Controller):
                 outer.start_soon(self._command_loop)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg
+                    await anyio.to_thread.run_sync(reap_stale, self.home)
                     await self._adopt_orphans()
                     await self._sweep_worktrees()
                     self._started.set()
                     await self._schedule_loop(until_idle)
                     if self._leave_running:
                         await self._hand_over()
+                        for r in list(self.runners.values()):
+                            if r.verifying:  # a verifier is no agent: it stops with its engine
+                                r.runner.stop("shutdown")
                         rtg.cancel_scope.cancel()
                     else:
                         for r in list(self.runners.values()):
@@ -484,6 +494,9 @@ class Engine(Controller):
         try:
             result = await r.runner.run()
             await finish_attempt(self, r, result)
+        except Exception as e:  # one task's bad ending must not take the engine down
+            log.exception("finishing %s failed", task.name)
+            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: finishing failed: {e!r}")])
         finally:
             self.runners.pop(task.id, None)
             r.done.set()

@@ -127,7 +127,7 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
         marker.unlink(missing_ok=True)  # a new checkout: its setup has not run yet
     setup = task.spec.setup or engine.cfg.worktree_setup
     if setup and not marker.exists():
-        res = wt.run_setup(info, setup, timeout_s=600)
+        res = wt.run_setup(info, setup, timeout_s=600, home=engine.home)
         if not res.ok:
             raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
         marker.write_text(str(info.path))
@@ -334,6 +334,10 @@ async def adopt(engine: Engine, t: Task) -> None:
             engine.publish_task(new)
             engine._launch_runner(new, launch, adopted=True)
             return
+        # a dead shim without an exit record: its agent may still run (ppid 1); it dies first
+        from fleet_tui.scheduler.owned import reap_attempt
+
+        await anyio.to_thread.run_sync(reap_attempt, adir)
         t = new
     elif not same_host or att is None or info is None:
         # a remote (or never-started) attempt: reclaim only once its lease expired

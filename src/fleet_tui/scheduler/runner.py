@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -276,6 +277,8 @@ class AttemptRunner:
         self.stop_reason: str | None = None
         self.stop_detail: str | None = None
         self._stop_sent = False
+        #: set by ``stop``: what runs after the agent (verifiers, reviewers) stops too
+        self.stop_event = threading.Event()
         self.tokens = 0
         self.cost_usd: float | None = None
         self.context_tokens: int | None = None
@@ -290,6 +293,7 @@ class AttemptRunner:
         """Ask the shim to stop the agent (TERM, grace, KILL, descendants)."""
         if self.stop_reason is None:
             self.stop_reason, self.stop_detail = reason, detail
+        self.stop_event.set()
         if self._stop_sent:
             return
         self._stop_sent = True
