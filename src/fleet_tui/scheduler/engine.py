@@ -41,6 +41,7 @@ from fleet_tui.scheduler.model import (
     Task,
     TaskSpec,
 )
+from fleet_tui.scheduler.outage import Resilient, store_error_of
 from fleet_tui.scheduler.outcome import Policy
 from fleet_tui.scheduler.owned import reap_stale
 from fleet_tui.scheduler.runner import AttemptRunner, RunLimits, ShimPool, write_lease
@@ -91,12 +92,23 @@ class Engine(Controller):
         self.cfg = config or Config()
         self.host = host or hostname()
         self.owner = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.bus = Bus()
+        # store outages are waited out (outage.py); a shorter SQLite busy timeout lets the engine
+        # say what it waits for instead of hanging silently in a lock
+        tune = getattr(store, "set_busy_timeout", None)
+        if tune is not None:
+            tune(10_000)
+        self.resilient = Resilient(store, self._store_notice)
         super().__init__(
-            store, actor=self.owner, clock=clock, cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s)
+            self.resilient,
+            actor=self.owner,
+            clock=clock,
+            cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s),
         )
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
-        self.bus = Bus()
+        self._hb_ok_at = time.time()  # the last heartbeat the store accepted (wall clock)
+        self._hb_busy = False
         self.runners: dict[str, Running] = {}
         self.mem = MemoryModel()
         self._read_headroom = headroom or (lambda: read_headroom(self.home))
@@ -118,6 +130,14 @@ class Engine(Controller):
         self._write_results: dict[tuple[str, int], bool] = {}
         #: settings given on the command line win over config.toml, also after a hot reload
         self.overrides: dict[str, Any] = {}
+
+    def _store_notice(self, text: str) -> None:
+        """A store outage notice, from a worker thread (or the loop's own)."""
+        events = [EngineEvent(kind="notice", text=text)]
+        try:
+            anyio.from_thread.run_sync(self.bus.publish, events)
+        except RuntimeError:
+            self.bus.publish(events)
 
     # -- the boundary -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -176,13 +196,25 @@ class Engine(Controller):
                         for r in list(self.runners.values()):
                             r.runner.stop("shutdown")
                 outer.cancel_scope.cancel()
+        except BaseExceptionGroup as eg:
+            err = store_error_of(eg)
+            if err is None:
+                raise
+            raise err from None  # one clear store error, not a group of tracebacks
         finally:
             with anyio.CancelScope(shield=True):
+                if self.resilient.down_since is not None:
+                    self.resilient.giving_up.set()  # never hold the exit waiting on the store
                 if self.shim_pool is not None:
                     await anyio.to_thread.run_sync(self.shim_pool.close)
-                if self._leave_running or not self._stopping:
-                    await self._hand_over()
-                await anyio.to_thread.run_sync(self.store.unregister_engine, self.owner, self.clock())
+                try:
+                    if self._leave_running or not self._stopping:
+                        await self._hand_over()
+                    await anyio.to_thread.run_sync(
+                        self.resilient.call_once, "unregister_engine", self.owner, self.clock()
+                    )
+                except Exception as e:  # best effort: it must not hide why the engine stopped
+                    log.warning("could not record this engine's stop in the store: %s", e)
                 self.bus.close()
 
     async def shutdown(self, leave_running: bool) -> None:
@@ -201,6 +233,8 @@ class Engine(Controller):
         with anyio.move_on_after(self.cfg.kill_grace_s + 15):
             while self.runners:
                 await next(iter(self.runners.values())).done.wait()
+        if self.runners and self.resilient.down_since is not None:
+            self.resilient.giving_up.set()  # the store is down: what is left is adopted later
 
     async def _hand_over(self) -> None:
         """Keep the leases of running agents alive long enough for a later engine to adopt them."""
@@ -526,20 +560,44 @@ class Engine(Controller):
     async def _lease_loop(self) -> None:
         """Keep the shims' lease files and the store's leases alive, on a wall-clock timer of its
         own: slow housekeeping (snapshots, memory readings) must never let an agent's lease lapse,
-        or its shim stops it."""
-        while True:
-            await anyio.sleep(max(0.2, min(self.cfg.heartbeat_s, self.cfg.lease_s / 6)))
-            await self._renew_leases()
+        or its shim stops it. The heartbeat runs beside it, so a store that hangs (a lock, an
+        outage) does not stop the lease files; those never reach further than half a lease past
+        the last heartbeat the store accepted, so an agent stops before its task can be taken."""
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.sleep(max(0.2, min(self.cfg.heartbeat_s, self.cfg.lease_s / 6)))
+                self._write_lease_files()
+                if not self._hb_busy:
+                    self._hb_busy = True
+                    tg.start_soon(self._heartbeat)
 
-    async def _renew_leases(self) -> None:
-        # the lease files first (the shims read them against real time), then the store
-        deadline = time.time() + self.cfg.lease_s / 2
+    def _write_lease_files(self) -> None:
+        deadline = min(time.time(), self._hb_ok_at) + self.cfg.lease_s / 2  # the shims' clock
         for r in list(self.runners.values()):
             try:
                 write_lease(r.dir, deadline)
             except OSError as e:
                 self.bus.publish([EngineEvent(kind="notice", text=f"cannot renew a lease: {e}")])
-        await anyio.to_thread.run_sync(self.store.heartbeat, self.owner, self.clock(), self.cfg.lease_s)
+
+    async def _heartbeat(self) -> None:
+        started = time.time()
+        try:
+            await anyio.to_thread.run_sync(
+                self.resilient.call_once, "heartbeat", self.owner, self.clock(), self.cfg.lease_s
+            )
+            self._hb_ok_at = started
+        except Exception as e:
+            from fleet_tui.scheduler.outage import is_transient
+
+            if not is_transient(e):
+                raise
+        finally:
+            self._hb_busy = False
+
+    async def _renew_leases(self) -> None:
+        # the store first (its answer bounds the lease files), then the files
+        await self._heartbeat()
+        self._write_lease_files()
 
     async def _tick_housekeeping(self, first: bool = False) -> None:
         self._hk_n = getattr(self, "_hk_n", 0) + 1

@@ -174,9 +174,19 @@ def spawn_shim(
 
 
 def write_lease(attempt_dir: Path, deadline: float) -> None:
+    """Renew an attempt's lease file (atomically); on a full disk, in place (no new blocks)."""
+    text = f"{deadline:.3f}\n"
     tmp = attempt_dir / "lease.tmp"
-    tmp.write_text(f"{deadline:.3f}\n")
-    os.replace(tmp, attempt_dir / "lease")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, attempt_dir / "lease")
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        fd = os.open(attempt_dir / "lease", os.O_WRONLY)  # raises when there is none yet
+        try:
+            os.pwrite(fd, text.encode(), 0)
+        finally:
+            os.close(fd)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

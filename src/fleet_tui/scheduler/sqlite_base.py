@@ -132,6 +132,12 @@ class SqliteBase:
         except sqlite3.DatabaseError as e:
             raise _explain(e, path) from e
 
+    def set_busy_timeout(self, ms: int) -> None:
+        """How long a write waits for another process's lock before it fails (the engine waits
+        out longer locks itself, saying so: outage.py)."""
+        with self._lock:
+            self._db.execute(f"PRAGMA busy_timeout={int(ms)}")
+
     # -- plumbing ------------------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
