@@ -601,6 +601,9 @@ class Engine(Controller):
 
     async def _tick_housekeeping(self, first: bool = False) -> None:
         self._hk_n = getattr(self, "_hk_n", 0) + 1
+        check = getattr(self.resilient.inner, "check_file", None)
+        if check is not None:  # the database file deleted or replaced under us: stop (StoreError)
+            await anyio.to_thread.run_sync(check)
         if self._watcher is not None and not first:
             new_cfg, err = await anyio.to_thread.run_sync(self._watcher.poll)
             if new_cfg is not None:
@@ -747,11 +750,15 @@ class Engine(Controller):
     async def _sweep_worktrees(self) -> None:
         """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""
         from fleet_tui.scheduler import worktree as wt
+        from fleet_tui.scheduler import wtmark
 
         def keep(name: str) -> bool:
             # read at decision time: another engine may have added and started it meanwhile
             t = self.store.get_task(name)
-            return t is not None and t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED)
+            if t is not None and t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED):
+                return True
+            # a live attempt of any store (another engine on this home may use another one)
+            return wtmark.live_attempt(self.home, name) is not None
 
         try:
             report = await anyio.to_thread.run_sync(wt.sweep, self.home / "worktrees", keep)
