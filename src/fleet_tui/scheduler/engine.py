@@ -47,6 +47,7 @@ from fleet_tui.scheduler.owned import reap_stale
 from fleet_tui.scheduler.runner import AttemptRunner, RunLimits, ShimPool, write_lease
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store import Store
+from fleet_tui.scheduler.storeclock import StoreClock
 from fleet_tui.scheduler.verify import AgentReviewer
 from fleet_tui.scheduler.view import build_snapshot, midnight
 
@@ -612,6 +613,8 @@ class Engine(Controller):
                 self.wake()
             elif err:
                 self.bus.publish([EngineEvent(kind="notice", text=f"config not reloaded: {err}")])
+        if isinstance(self.clock, StoreClock) and self._hk_n % 30 == 0:
+            await anyio.to_thread.run_sync(self.clock.refresh)
         if first:
             await self._renew_leases()
         elif self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0:

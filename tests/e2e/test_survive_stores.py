@@ -16,6 +16,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,3 +243,65 @@ def by_name_pg(home: Path, env: dict[str, str]) -> dict[str, dict[str, object]]:
 
     out = fleet(home, "status", "--json", env=env).stdout
     return {t["name"]: t for t in json.loads(out)}
+
+
+def _pg_rows(url: str, text: str) -> list[tuple[object, ...]]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        return list(c.execute(text).fetchall())
+
+
+def test_hosts_with_clocks_a_minute_apart_keep_their_own_tasks(tmp_path: Path, private_pg: PrivatePg) -> None:
+    """Point 12: leases and heartbeats are judged by the store's clock; a host whose clock runs 60 s
+    ahead does not take the live task of another host."""
+    home_a, home_b, side = tmp_path / "a", tmp_path / "b", tmp_path / "side.txt"
+    env_a = fleet_env(home_a, FLEET_STORE=private_pg.url)
+    env_b = fleet_env(home_b, FLEET_STORE=private_pg.url)
+    for home, env in ((home_a, env_a), (home_b, env_b)):
+        quiet_home(home)
+        fleet(home, "config", "set", "heartbeat_s", "1", env=env)
+        fleet(home, "config", "set", "lease_s", "4", env=env)
+    flag = tmp_path / "go"
+    cmd = f'echo "start $FLEET_ATTEMPT" >> {side}; while [ ! -e {flag} ]; do sleep 0.1; done'
+    fleet(home_a, "add", "s", "--name", "s", "--cwd", str(tmp_path), "--command", cmd, env=env_a)
+    run_a = subprocess.Popen(
+        [*FLEET, "--home", str(home_a), "run", "--host-name", "a"],
+        env=env_a,
+        stdin=subprocess.DEVNULL,
+        stdout=open(tmp_path / "a.log", "ab"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
+    ahead = (
+        "import sys, time; _t = time.time; time.time = lambda: _t() + 60; "
+        "from fleet_tui.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    run_b = None
+    try:
+        wait_for(lambda: "start 1" in _text(side), 30, what="the agent on host a")
+        run_b = subprocess.Popen(
+            [sys.executable, "-c", ahead, "--home", str(home_b), "run", "--host-name", "b"],
+            env=env_b,
+            stdin=subprocess.DEVNULL,
+            stdout=open(tmp_path / "b.log", "ab"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+        beat = "SELECT heartbeat FROM engines WHERE host = 'b' AND stopped = 0"
+        first = wait_for(lambda: _pg_rows(private_pg.url, beat), 30, what="host b to start")[0][0]
+        # host b has looked for orphans several times (every heartbeat), far past a's lease
+        wait_for(
+            lambda: any(float(r[0]) >= float(first) + 6 for r in _pg_rows(private_pg.url, beat)),  # type: ignore[arg-type]
+            30,
+            what="host b to run for six heartbeats",
+        )
+        assert run_b.poll() is None, _text(tmp_path / "b.log")
+        flag.touch()
+        wait_for(lambda: by_name_pg(home_a, env_a)["s"]["status"] == "done", 30, what="the task to finish")
+        st = by_name_pg(home_a, env_a)["s"]
+        assert st["attempt"] == 1 and st["host"] == "a", st
+        assert _text(side).split("\n")[:1] == ["start 1"] and "start 2" not in _text(side)
+    finally:
+        for p in (run_a, run_b):
+            if p is not None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=30)
