@@ -305,3 +305,49 @@ def test_hosts_with_clocks_a_minute_apart_keep_their_own_tasks(tmp_path: Path, p
             if p is not None:
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=30)
+
+
+def test_a_dead_hosts_finished_task_runs_again_elsewhere_at_least_once(
+    tmp_path: Path, private_pg: PrivatePg
+) -> None:
+    """Point 13: the documented guarantee. A host dies for good after its agent finished but before
+    any engine recorded the result: another host reclaims the task once the lease expired and runs
+    it again (at least once after a host's death; exactly once across restarts on one host is
+    test_engine_flows' adoption test). The README states it."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "exactly once" in readme and "at least once" in readme
+    home_a, home_b, side = tmp_path / "a", tmp_path / "b", tmp_path / "side.txt"
+    env_a = fleet_env(home_a, FLEET_STORE=private_pg.url)
+    env_b = fleet_env(home_b, FLEET_STORE=private_pg.url)
+    for home, env in ((home_a, env_a), (home_b, env_b)):
+        quiet_home(home)
+        fleet(home, "config", "set", "heartbeat_s", "1", env=env)
+        fleet(home, "config", "set", "lease_s", "4", env=env)
+    flag = tmp_path / "go"
+    cmd = f'echo "run $FLEET_ATTEMPT" >> {side}; while [ ! -e {flag} ]; do sleep 0.1; done'
+    fleet(home_a, "add", "s", "--name", "s", "--cwd", str(tmp_path), "--command", cmd, env=env_a)
+    run_a = subprocess.Popen(
+        [*FLEET, "--home", str(home_a), "run", "--host-name", "a"], env=env_a, stdin=subprocess.DEVNULL
+    )
+    wait_for(lambda: "run 1" in _text(side), 30, what="the agent on host a")
+    t = by_name_pg(home_a, env_a)["s"]
+    adir = home_a / "tasks" / str(t["id"]) / "attempts" / "1"
+    run_a.kill()  # host a dies for good: its engine is never started again
+    run_a.wait(timeout=10)
+    flag.touch()  # ... after its agent finished there
+    wait_for(lambda: (adir / "exit.json").exists(), 30, what="the agent's exit record on host a")
+    run_b = subprocess.Popen(
+        [*FLEET, "--home", str(home_b), "run", "--host-name", "b"],
+        env=env_b,
+        stdin=subprocess.DEVNULL,
+        stdout=open(tmp_path / "b.log", "ab"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(lambda: by_name_pg(home_b, env_b)["s"]["status"] == "done", 60, what="host b to finish it")
+    finally:
+        run_b.send_signal(signal.SIGTERM)
+        run_b.wait(timeout=30)
+    st = by_name_pg(home_b, env_b)["s"]
+    assert (st["status"], st["host"], st["attempt"]) == ("done", "b", 2), st
+    assert _text(side).split("\n")[:2] == ["run 1", "run 2"]
