@@ -573,7 +573,11 @@ class Engine(Controller):
                     tg.start_soon(self._heartbeat)
 
     def _write_lease_files(self) -> None:
-        deadline = min(time.time(), self._hb_ok_at) + self.cfg.lease_s / 2  # the shims' clock
+        # half a lease ahead (the shims' clock), but never so far past the last heartbeat the store
+        # accepted that the agent could outlive its lease there (it needs the grace to stop)
+        c = self.cfg
+        bound = max(c.lease_s / 2, c.lease_s - c.kill_grace_s - 0.5)
+        deadline = min(time.time() + c.lease_s / 2, self._hb_ok_at + bound)
         for r in list(self.runners.values()):
             try:
                 write_lease(r.dir, deadline)
