@@ -72,3 +72,10 @@ def test_a_killed_keepers_tree_is_reaped_at_the_next_start(tmp_path: Path) -> No
     assert reap_stale(home) >= 1  # ...until an engine starts on this home
     wait_for(lambda: not pid_alive(child), 5, what="the leftover to die")
     assert list((home / "children").glob("*.json")) == []
+
+
+def test_the_command_gets_the_users_umask(tmp_path: Path) -> None:
+    from fleet_tui.scheduler.private import user_umask
+
+    r = run_owned(["/bin/sh", "-c", "umask"], cwd=tmp_path)
+    assert int(r.stdout.decode().strip(), 8) == user_umask()

@@ -390,6 +390,22 @@ class Engine(Controller):
             if new is not None:
                 await cascade(self, new)
             return
+        except OSError as e:  # a full disk, say: not the task's fault; back to the queue for later
+            why = f"could not prepare the attempt ({e}); trying again in a minute"
+            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: {why}")])
+            new = await anyio.to_thread.run_sync(
+                lambda: self.store.transition(
+                    task.id,
+                    TaskStatus.QUEUED,
+                    reason=why,
+                    now=self.clock(),
+                    owner=self.owner,
+                    attempt=task.attempt,
+                    not_before=self.clock() + 60.0,
+                )
+            )
+            self.publish_task(new)
+            return
         assert self._tg is not None
         self._launch_runner(task, launch)
 

@@ -1,7 +1,7 @@
 """The keeper: hosts one helper command (setup, verifier, reviewer, merge) so it dies with its owner.
 
 Agents run under the shim; the other programs fleet-tui starts run under this smaller host
-(``python -I -m fleet_tui.scheduler.keeper OWNER_PID GRACE PIDFILE -- ARGV``). It
+(``python -I -m fleet_tui.scheduler.keeper OWNER_PID GRACE PIDFILE UMASK -- ARGV``). It
 
 - asks the kernel for SIGTERM when the thread that started it dies (``PR_SET_PDEATHSIG``), and
   exits at once if its owner is already gone — a ``kill -9`` of the engine ends the helper's
@@ -34,8 +34,11 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 class Keeper:
-    def __init__(self, owner: int, grace: float, pidfile: str, argv: list[str]) -> None:
+    def __init__(
+        self, owner: int, grace: float, pidfile: str, argv: list[str], umask: int | None = None
+    ) -> None:
         self.owner = owner
+        self.umask = umask
         self.grace = grace
         self.pidfile = pidfile
         self.argv = argv
@@ -96,6 +99,8 @@ class Keeper:
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, on_term)
+        # fleet-tui's files are private; the command works with the user's own umask
+        own_umask = os.umask(self.umask) if self.umask is not None else None
         try:
             child = os.posix_spawnp(
                 self.argv[0],
@@ -106,6 +111,9 @@ class Keeper:
         except OSError as e:
             os.write(2, f"fleet-tui: cannot start {self.argv[0]!r}: {e}\n".encode())
             return 127
+        finally:
+            if own_umask is not None:
+                os.umask(own_umask)
         info: dict[str, object] = {
             "keeper_pid": self.pid,
             "keeper_ticks": proc_start_ticks(self.pid),
@@ -187,12 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cut = args.index("--")
         owner, grace, pidfile = int(args[0]), float(args[1]), args[2]
+        umask = int(args[3], 8) if cut > 3 and args[3] else None
     except (ValueError, IndexError):
-        print("usage: keeper OWNER_PID GRACE PIDFILE -- ARGV...", file=sys.stderr)
+        print("usage: keeper OWNER_PID GRACE PIDFILE [UMASK] -- ARGV...", file=sys.stderr)
         return 2
     if not args[cut + 1 :]:
         return 2
-    return Keeper(owner, grace, pidfile, args[cut + 1 :]).run()
+    return Keeper(owner, grace, pidfile, args[cut + 1 :], umask).run()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from fleet_tui.scheduler import shim as shimmod
+from fleet_tui.scheduler.private import user_umask
 
 OUTPUT_CAP = 256 * 1024
 
@@ -82,6 +83,7 @@ def run_owned(
         str(os.getpid()),
         str(grace_s),
         pidfile,
+        oct(user_umask()),  # fleet-tui's own files are private; the command's are the user's
         "--",
         *argv,
     ]
