@@ -9,6 +9,7 @@ the store cheaply for changes made by other processes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -549,6 +550,9 @@ class Engine(Controller):
             log.exception("finishing %s failed", task.name)
             self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: finishing failed: {e!r}")])
         finally:
+            if not r.runner.shim_alive():  # let go of the attempt: its lease ends now (wtmark.py)
+                with contextlib.suppress(OSError):
+                    write_lease(r.dir, 0.0)
             self.runners.pop(task.id, None)
             r.done.set()
             self.wake()
@@ -780,8 +784,9 @@ class Engine(Controller):
             t = self.store.get_task(name)
             if t is not None and t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED):
                 return True
-            # a live attempt of any store (another engine on this home may use another one)
-            return wtmark.live_attempt(self.home, name) is not None
+            # a live attempt of another store (another engine on this home may use another one)
+            other = wtmark.live_attempt(self.home, name)
+            return other is not None and other != getattr(self.store, "url", None)
 
         try:
             report = await anyio.to_thread.run_sync(wt.sweep, self.home / "worktrees", keep)
