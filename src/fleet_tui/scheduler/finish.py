@@ -20,6 +20,7 @@ from fleet_tui.scheduler.control import cascade_failure
 from fleet_tui.scheduler.model import EngineEvent, Event, Task
 from fleet_tui.scheduler.outcome import Verdict, after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult
+from fleet_tui.scheduler.sandbox_policy import verifier_wrap
 from fleet_tui.scheduler.states import PARKED, TaskStatus
 from fleet_tui.scheduler.verify import run_verifiers
 
@@ -122,9 +123,12 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
         if reviewer is not None:
             reviewer.cancel = stop  # type: ignore[attr-defined]
+        wrap = verifier_wrap(engine.home, engine.cfg.sandbox, task, workdir)
         r.verifying = True
         vr = await anyio.to_thread.run_sync(
-            lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer, cancel=stop, home=engine.home)
+            lambda: run_verifiers(
+                task.spec.verify, workdir, reviewer=reviewer, wrap=wrap, cancel=stop, home=engine.home
+            )
         )
         r.verifying = False
         if r.runner.stop_reason is not None:

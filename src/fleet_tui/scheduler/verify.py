@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -46,13 +46,20 @@ def run_verifier(
     workdir: Path,
     timeout_s: float,
     reviewer: AgentReviewer | None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
     cancel: threading.Event | None = None,
     home: Path | None = None,
 ) -> tuple[bool, str]:
     if v.kind == "run":
+        argv = ["/bin/sh", "-c", v.run or "false"]
+        if wrap is not None:  # the task's sandbox (sandbox_policy.verifier_wrap)
+            try:
+                argv = wrap(argv)
+            except Exception as e:
+                return False, f"not run: {e}"
         try:
             p = run_owned(
-                ["/bin/sh", "-c", v.run or "false"],
+                argv,
                 cwd=workdir,
                 timeout_s=timeout_s,
                 cancel=cancel,
@@ -105,6 +112,7 @@ def run_verifiers(
     workdir: Path,
     timeout_s: float = 600.0,
     reviewer: AgentReviewer | None = None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
     cancel: threading.Event | None = None,
     home: Path | None = None,
 ) -> VerifyResult:
@@ -115,7 +123,7 @@ def run_verifiers(
         if cancel is not None and cancel.is_set():
             return VerifyResult(False, v.label, "\n".join([*outputs, "stopped during verification"]))
         t = v.timeout_min * 60 if v.timeout_min else timeout_s
-        ok, out = run_verifier(v, workdir, t, reviewer, cancel, home)
+        ok, out = run_verifier(v, workdir, t, reviewer, wrap, cancel, home)
         outputs.append(f"== {v.label}: {'PASS' if ok else 'FAIL'}\n{out.strip()}")
         if not ok:
             return VerifyResult(False, v.label, "\n".join(outputs))
