@@ -253,7 +253,15 @@ def cmd_run(ctx: Ctx) -> int:
             await engine.run(until_idle=a.until_idle)
             tg.cancel_scope.cancel()
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    except BaseException as e:  # a store that failed for good: one clear line, no traceback
+        from fleet_tui.scheduler.outage import store_error_of
+
+        err = store_error_of(e)
+        if err is None:
+            raise
+        raise UserError(str(err)) from None
     if a.until_idle:
         waiting = [(n, r) for n, r in engine.idle_report]
         if waiting:

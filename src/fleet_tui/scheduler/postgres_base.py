@@ -358,6 +358,14 @@ class PgBase(PgNotifications):
             bucket = int(time.monotonic() // self._fallback_s) if self._fallback_s else 0
             return self._notes + bucket
 
+    def clock_offset(self) -> float:
+        """The server's clock minus this host's, in seconds (storeclock.py): leases and heartbeats
+        are judged by the server's clock, so hosts whose clocks differ agree on them."""
+        t0 = time.time()
+        rows = self._all("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now")
+        t1 = time.time()
+        return float(rows[0]["now"]) - (t0 + t1) / 2
+
     def maintenance(self) -> None:
         """Nothing periodic: autovacuum keeps PostgreSQL's tables in shape."""
 

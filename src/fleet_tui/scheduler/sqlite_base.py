@@ -139,6 +139,36 @@ class SqliteBase(SqliteNotifications):
             self._migrate()
         except sqlite3.DatabaseError as e:
             raise _explain(e, path) from e
+        try:
+            st = os.stat(path)
+            #: to notice the file vanishing (check_file)
+            self._file_id: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            self._file_id = None
+
+    def check_file(self) -> None:
+        """Raise StoreError when the database file this store opened was deleted or replaced
+        (``git clean -fdx`` in a repository holding the home, an ``rm``): writes would go to a
+        file nobody else sees, while other commands silently start a new, empty queue."""
+        if self._file_id is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self._file_id:
+            what = "deleted" if st is None else "replaced by another file"
+            raise StoreError(
+                f"the store's database {self.path} was {what} while this engine ran; stopping so "
+                "nothing is recorded where nobody sees it. Restore the file (or accept the loss), "
+                "keep the fleet home out of reach of git clean and the like, then start the engine again"
+            )
+
+    def set_busy_timeout(self, ms: int) -> None:
+        """How long a write waits for another process's lock before it fails (the engine waits
+        out longer locks itself, saying so: outage.py)."""
+        with self._lock:
+            self._db.execute(f"PRAGMA busy_timeout={int(ms)}")
 
     @staticmethod
     def _connect(target: str, busy_timeout_ms: int, *, uri: bool = False) -> sqlite3.Connection:
