@@ -334,3 +334,14 @@ class EngineEvent:
     question: Question | None = None
     gauges: Gauges | None = None
     text: str | None = None
+
+
+@dataclass(frozen=True)
+class NotifyStats:
+    """How sending went, over the store's whole history (shown by ``doctor``)."""
+
+    sent: int = 0
+    failed: int = 0
+    sending: int = 0
+    last_failure: str | None = None
+    last_failure_at: float | None = None
