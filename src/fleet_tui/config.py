@@ -79,6 +79,7 @@ class Config:
     worktree_setup: str | None = None
     keep_worktrees: bool = False
     sandbox: Literal["none", "bwrap"] = "none"
+    github_poll_s: float = 60.0
 
 
 class ConfigError(ValueError):
@@ -173,6 +174,9 @@ KEYS: dict[str, _Key] = {
         "run agents, verifiers and reviewers in a sandbox: bwrap (Linux bubblewrap) or none; a task's "
         "own sandbox key wins (see README, Sandbox)",
         choices=("none", "bwrap"),
+    ),
+    "github_poll_s": _Key(
+        "float", "seconds between looks at the GitHub state of open pull requests (merge = \"pr\")", low=1
     ),
 }
 

@@ -275,8 +275,8 @@ def _check_value(key: str, v: Any) -> str | None:
         not isinstance(v, list) or not all(isinstance(x, str) and x.strip() and "\0" not in x for x in v)
     ):
         return f'{key} must be an array of paths like ["~/.cache/pip"], {got}'
-    elif key == "merge" and v not in ("manual", "auto"):
-        return f'merge must be "manual" or "auto", got {v!r}'
+    elif key == "merge" and v not in ("manual", "auto", "pr"):
+        return f'merge must be "manual", "auto" or "pr", got {v!r}'
     elif key == "env":
         if not isinstance(v, dict):
             return f'env must be a table of strings like {{ FOO = "bar" }}, {got}'
