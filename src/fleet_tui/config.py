@@ -176,7 +176,7 @@ KEYS: dict[str, _Key] = {
         choices=("none", "bwrap"),
     ),
     "github_poll_s": _Key(
-        "float", "seconds between looks at the GitHub state of open pull requests (merge = \"pr\")", low=1
+        "float", 'seconds between looks at the GitHub state of open pull requests (merge = "pr")', low=1
     ),
 }
 

@@ -136,7 +136,9 @@ class GitHub:
         token = token or find_token()
         if not token:
             raise GitHubError("no GitHub token: set GH_TOKEN or GITHUB_TOKEN, or log in with `gh auth login`")
-        self._gh = Github(auth=Auth.Token(token), base_url=base_url or api_url(), retry=None, timeout=20)
+        self._gh = Github(
+            auth=Auth.Token(token), base_url=base_url or api_url(), retry=None, timeout=20, lazy=True
+        )
 
     def _call(self, fn: Callable[[], T]) -> T:
         from github import GithubException
@@ -153,7 +155,7 @@ class GitHub:
             raise GitHubError(text) from None
 
     def _repo(self, full_name: str) -> Any:
-        return self._gh.get_repo(full_name, lazy=True)
+        return self._gh.get_repo(full_name)  # lazy: no call until something is asked of it
 
     # -- pull requests ---------------------------------------------------------------------------
     def find_pull(self, repo: str, head: str, base: str) -> PullRequest | None:

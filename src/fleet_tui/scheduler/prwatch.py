@@ -41,8 +41,7 @@ def say(gh: GitHub, store: Any, task_id: str, link: dict[str, Any], key: str, te
     if key in said or not link.get("issue") or not link.get("repo"):
         return
     gh.comment(str(link["repo"]), int(link["issue"]), text)
-    link["said"] = [*said, key]
-    put_link(store, task_id, link)
+    link.update(put_link(store, task_id, {"said": [key]}))
 
 
 def _comments_due(task: Task, link: dict[str, Any]) -> list[tuple[str, str]]:
@@ -75,9 +74,8 @@ def tick(store: Any, now: float, actor: str | None, poll: bool, gh: GitHub | Non
     try:
         gh = gh or GitHub()
     except GitHubError as e:
-        for t, link in polled:
-            link["error"] = str(e)
-            put_link(store, t.id, link)
+        for t, _link in polled:
+            put_link(store, t.id, {"error": str(e)})
         return changed
     for t, link, (key, text) in due:
         try:
@@ -85,14 +83,12 @@ def tick(store: Any, now: float, actor: str | None, poll: bool, gh: GitHub | Non
         except GitHubError as e:
             if isinstance(e, RateLimited):
                 raise
-            link["error"] = f"comment on issue #{link.get('issue')} failed: {e}"
-            put_link(store, t.id, link)
+            put_link(store, t.id, {"error": f"comment on issue #{link.get('issue')} failed: {e}"})
     for t, link in polled:
         try:
             new = _refresh(store, gh, t, link, now, actor)
         except GitHubError as e:
-            link["error"] = str(e)
-            put_link(store, t.id, link)
+            put_link(store, t.id, {"error": str(e)})
             if isinstance(e, RateLimited):
                 raise
             continue
@@ -105,8 +101,14 @@ def _refresh(
     store: Any, gh: GitHub, task: Task, link: dict[str, Any], now: float, actor: str | None
 ) -> Task | None:
     pr = gh.pull_status(str(link["repo"]), int(link["pr"]))
-    link.update(state=pr.state, checks=pr.checks, review=pr.review, url=pr.url, checked_at=now)
-    link.pop("error", None)
+    changes: dict[str, Any] = {
+        "state": pr.state,
+        "checks": pr.checks,
+        "review": pr.review,
+        "url": pr.url,
+        "checked_at": now,
+        "error": None,
+    }
     new: Task | None = None
     if pr.state == "merged":
         new = store.transition(
@@ -119,7 +121,7 @@ def _refresh(
             merged_commit=pr.merge_commit,
         )
     elif pr.review == "changes_requested" and pr.review_id and pr.review_id != link.get("review_acted"):
-        link["review_acted"] = pr.review_id
+        changes["review_acted"] = pr.review_id
         text = re.sub(r"\s+", " ", pr.review_text or "").strip()[:300] or "see the review"
         if task.status == TaskStatus.DONE:
             new = store.transition(
@@ -130,7 +132,7 @@ def _refresh(
                 expect=[TaskStatus.DONE],
                 actor=actor,
             )
-    put_link(store, task.id, link)
+    put_link(store, task.id, changes)
     return new
 
 

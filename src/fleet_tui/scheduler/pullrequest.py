@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,24 @@ def get_link(store: Any, task_id: str) -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
-def put_link(store: Any, task_id: str, link: dict[str, Any]) -> None:
-    store.set_setting(KEY_PREFIX + task_id, json.dumps(link, sort_keys=True))
+#: one writer at a time per process: the engine's after-work and its poll both update records
+_LINK_LOCK = threading.Lock()
+
+
+def put_link(store: Any, task_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``changes`` into the task's record (a None value removes the key; ``said`` lists are
+    united) over its *current* stored value, so two writers do not undo each other's news."""
+    with _LINK_LOCK:
+        link = get_link(store, task_id)
+        for k, v in changes.items():
+            if k == "said":
+                link["said"] = sorted({*(link.get("said") or []), *(v or [])})
+            elif v is None:
+                link.pop(k, None)
+            else:
+                link[k] = v
+        store.set_setting(KEY_PREFIX + task_id, json.dumps(link, sort_keys=True))
+        return link
 
 
 def links(store: Any, tasks: list[Task]) -> dict[str, dict[str, Any]]:
@@ -200,14 +217,23 @@ def publish(engine: Any, task: Task, info: wt.WorktreeInfo, gh: GitHub | None = 
         reason = str(e)
         if not reason.startswith(("push_rejected", "pull_request_failed")):
             reason = f"pull_request_failed: {reason}"
-        link["error"] = reason
-        put_link(store, task.id, link)
+        put_link(store, task.id, {"error": reason})
         new = park(store, task, reason, engine.clock(), engine.actor)
         return CommandResult(False, f"{task.name}: {reason}", new or task)
     updated = link.get("pr") == pr.number
-    link.update(repo=repo, pr=pr.number, url=pr.url, state=pr.state, head=info.branch, base=info.base_ref)
-    link.pop("error", None)
-    put_link(store, task.id, link)
+    link = put_link(
+        store,
+        task.id,
+        {
+            "repo": repo,
+            "pr": pr.number,
+            "url": pr.url,
+            "state": pr.state,
+            "head": info.branch,
+            "base": info.base_ref,
+            "error": None,
+        },
+    )
     verb = "updated" if updated else "opened"
     new = store.transition(
         task.id,
