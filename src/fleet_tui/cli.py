@@ -163,6 +163,7 @@ def cmd_add(ctx: Ctx) -> int:
         verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
         timeout_min=a.timeout_min,
         budget_usd=a.budget_usd,
+        merge=a.merge,
         source="fleet-tui add",
     )
     names, available = _coder_tools()
@@ -660,6 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-retries", type=int)
     a.add_argument("--timeout-min", type=float)
     a.add_argument("--budget-usd", type=float)
+    a.add_argument(
+        "--merge", choices=["manual", "auto", "pr"], default="manual", help="pr: push + pull request"
+    )
 
     for name in ("load", "validate"):
         s = sub.add_parser(name, help=f"{name} a tasks.toml")

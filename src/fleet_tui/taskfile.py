@@ -548,6 +548,10 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
                 f"cwd {cwd_raw!r} {what} ({cwd}; a relative cwd starts at {base})")  # fmt: skip
     elif "git_ref" in v and (msg := checks.git_ref(cwd, v["git_ref"])):
         rep.err(where["git_ref"], msg)
+    if v.get("merge") == "pr" and not v.get("git_ref"):
+        rep.err(
+            where.get("merge", raw.header), 'merge = "pr" needs git_ref (the branch a pull request targets)'
+        )
 
 
 def _entries(value: Any) -> list[dict[str, Any]]:
