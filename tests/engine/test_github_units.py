@@ -114,3 +114,16 @@ def test_import_names_and_idempotence() -> None:
     assert planned[0].spec.prompt == "Fix: the Login page!\n\nb\n\nGitHub issue: u7"
     again = ghimport.plan(REPO, issues, template, [p.spec for p in planned if p.spec])
     assert all(p.spec is None for p in again)
+
+
+def test_controller_pull_request_line(store: SqliteStore, fake: FakeGitHub) -> None:
+    import anyio
+
+    from fleet_tui.scheduler.control import Controller
+
+    tid = _done_pr_task(store, fake)
+    put_link(store, tid, {"checks": "passing"})
+    line = anyio.run(Controller(store, actor="t").pull_request, "t1")
+    assert line == f"PR #1 open, checks passing · https://github.example/{REPO}/pull/1"
+    (other,) = store.add_tasks([TaskSpec(name="t2", prompt="p")], 5.0)
+    assert anyio.run(Controller(store, actor="t").pull_request, other.id) is None

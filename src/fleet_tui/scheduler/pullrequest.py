@@ -106,6 +106,13 @@ def link_line(link: dict[str, Any] | None) -> str:
     return f"PR #{link['pr']} {', '.join(bits)}"
 
 
+def summary(store: Any, task: Task) -> str | None:
+    """``link_line`` and the pull request's URL, for the task's detail screen (None: no PR)."""
+    link = get_link(store, task.id) if is_linked(task.spec) else {}
+    line = link_line(link)
+    return f"{line} · {link['url']}" if line and link.get("url") else line or None
+
+
 # -- remote and repository ----------------------------------------------------------------------
 def remote_for(repo_root: Path, base: str) -> tuple[str, str]:
     """(remote name, its URL) to push to: the base branch's upstream remote, else ``origin``, else
