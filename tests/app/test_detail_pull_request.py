@@ -41,3 +41,16 @@ async def test_detail_shows_the_pull_request() -> None:
         assert isinstance(screen, DetailScreen)
         await wait_for(pilot, lambda: LINE in rendered(screen.query_one("#overview", Static)), "the PR row")
         assert "pull req" in rendered(screen.query_one("#overview", Static))
+
+
+def test_queue_state_of_a_pull_request_task() -> None:
+    from fleet_tui.app import format as fmt
+    from fleet_tui.scheduler.model import Task, TaskSpec
+    from fleet_tui.scheduler.states import TaskStatus as S
+
+    spec = TaskSpec(name="a", prompt="p", merge="pr")
+    opened = Task(id="a", spec=spec, status=S.DONE, reason="pull request #7 opened: https://x/pull/7")
+    assert fmt.state_text(opened) == "done: pull request #7 opened"
+    merged = Task(id="a", spec=spec, status=S.DONE, reason="merged feedfaceca via pull request #7")
+    assert fmt.state_text(merged) == "done: merged feedfaceca via pull request #7"
+    assert fmt.state_text(Task(id="b", spec=spec, status=S.DONE, reason="merged abc")) == "done"
