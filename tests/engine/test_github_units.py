@@ -127,3 +127,38 @@ def test_controller_pull_request_line(store: SqliteStore, fake: FakeGitHub) -> N
     assert line == f"PR #1 open, checks passing · https://github.example/{REPO}/pull/1"
     (other,) = store.add_tasks([TaskSpec(name="t2", prompt="p")], 5.0)
     assert anyio.run(Controller(store, actor="t").pull_request, other.id) is None
+
+
+def test_imported_task_comments_on_start_and_park_once(store: SqliteStore, fake: FakeGitHub) -> None:
+    n = fake.add_issue(REPO, "Broken", "b", ("fleet",))
+    (t,) = store.add_tasks([TaskSpec(name="gh-1", prompt="p", source=f"github:{REPO}#{n}")], 1.0)
+    put_link(store, t.id, {"repo": REPO, "issue": n, "comment": True})
+    gh = GitHub(TOKEN, fake.base)
+    assert tick(store, 2.0, "t", poll=False, gh=gh) == [] and fake.comments == []  # not started yet
+    store.claim("o", "h", (), 2.0, 30.0, "sim", None)
+    store.transition(t.id, TaskStatus.NEEDS_HUMAN, reason="retries_exhausted", now=3.0)
+    tick(store, 4.0, "t", poll=False, gh=gh)
+    tick(store, 5.0, "t", poll=False, gh=gh)
+    said = [b for _, i, b in fake.comments if i == n]
+    assert len(said) == 2 and "started working" in said[0] and "needs a person: retries_exhausted" in said[1]
+    assert get_link(store, t.id)["said"] == ["park:1", "start"]
+
+
+def test_publish_on_a_parked_task_without_remote_does_not_raise(store: SqliteStore, tmp_path: Path) -> None:
+    import subprocess
+    from types import SimpleNamespace
+
+    from fleet_tui.scheduler.pullrequest import publish
+    from fleet_tui.scheduler.worktree import WorktreeInfo
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    subprocess.run(["git", "-C", str(repo), "init", "-q", "-b", "main"], check=True)
+    (t,) = store.add_tasks([TaskSpec(name="t1", prompt="p", merge="pr", git_ref="main")], 1.0)
+    store.claim("o", "h", (), 2.0, 30.0, "sim", None)
+    store.transition(t.id, TaskStatus.NEEDS_HUMAN, reason="push_rejected: no git remote", now=3.0)
+    engine = SimpleNamespace(store=store, clock=lambda: 4.0, actor="t")
+    info = WorktreeInfo(repo, tmp_path / "gone", "fleet/t1", "main", "0" * 40)
+    res = publish(engine, store.get_task(t.id), info)  # type: ignore[arg-type]
+    assert not res.ok and "push_rejected: no git remote" in res.message
+    assert store.get_task(t.id).status == TaskStatus.NEEDS_HUMAN  # type: ignore[union-attr]
