@@ -162,3 +162,25 @@ def test_publish_on_a_parked_task_without_remote_does_not_raise(store: SqliteSto
     res = publish(engine, store.get_task(t.id), info)  # type: ignore[arg-type]
     assert not res.ok and "push_rejected: no git remote" in res.message
     assert store.get_task(t.id).status == TaskStatus.NEEDS_HUMAN  # type: ignore[union-attr]
+
+
+def test_push_refused_by_the_remote_names_why(tmp_path: Path) -> None:
+    import subprocess
+
+    from fleet_tui.scheduler.pullrequest import push
+
+    bare = tmp_path / "acme" / "widgets.git"
+    bare.mkdir(parents=True)
+    subprocess.run(["git", "-C", str(bare), "init", "-q", "--bare"], check=True)
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\necho 'GH006: Protected branch update failed for refs/heads/fleet/x.' >&2\nexit 1\n"
+    )
+    hook.chmod(0o755)
+    repo = tmp_path / "r"
+    ident = ["-c", "user.name=T", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", "-b", "fleet/x", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), *ident, "commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "origin", str(bare)], check=True)
+    with pytest.raises(GitHubError, match=r"^push_rejected: .*Protected branch update failed"):
+        push(repo, "origin", "fleet/x")

@@ -103,6 +103,8 @@ def link_line(link: dict[str, Any] | None) -> str:
         bits.append(f"checks {link['checks']}")
     if link.get("review"):
         bits.append(str(link["review"]).replace("_", " "))
+    if link.get("error"):  # the last poll failed (a rate limit, a revoked token): say so
+        bits.append(f"last check failed: {str(link['error'])[:80]}")
     return f"PR #{link['pr']} {', '.join(bits)}"
 
 
@@ -147,10 +149,11 @@ def push(repo_root: Path, remote: str, branch: str) -> None:
         return
     text = f"{err}\n{out}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    pick = [
-        ln for ln in lines if ln.startswith("!") or "rejected" in ln or "denied" in ln or "protected" in ln
-    ]
-    detail = (pick or lines or [f"git push exited {status}"])[0].lstrip("! \t")
+    bang = next((ln for ln in out.splitlines() if ln.startswith("!")), "")  # --porcelain: the refusal
+    remote_says = [ln[7:].strip() for ln in lines if ln.startswith("remote:") and ln[7:].strip()]
+    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+    parts = [bang.split("\t")[-1].strip() if bang else "", *remote_says[:3], *fatal[:1]]
+    detail = "; ".join(x for x in parts if x) or f"git push exited {status}"
     if "non-fast-forward" in text or "fetch first" in text:
         detail = f"non-fast-forward: {remote}/{branch} has commits the task's branch lacks ({detail})"
     raise GitHubError(f"push_rejected: {detail[:300]}")
