@@ -4,8 +4,11 @@ tests/e2e/test_pullrequest_flow.py."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,14 +33,36 @@ def fake() -> Iterator[FakeGitHub]:
     f.stop()
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    s = SqliteStore(str(tmp_path / "fleet.db"))
-    yield s
-    s.close()
+PG_URL = os.environ.get("FLEET_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
-def _done_pr_task(store: SqliteStore, fake: FakeGitHub) -> str:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Both stores: the GitHub records live in their settings table."""
+    if request.param == "sqlite":
+        s: Any = SqliteStore(str(tmp_path / "fleet.db"))
+        yield s
+        s.close()
+        return
+    import psycopg
+    from psycopg import sql
+
+    from fleet_tui.scheduler.postgres_store import PostgresStore
+
+    schema = f"fleet_test_{uuid.uuid4().hex[:12]}"
+    try:
+        s = PostgresStore(PG_URL, schema=schema)
+    except Exception as e:
+        pytest.skip(f"PostgreSQL unreachable at {PG_URL}: {e}")
+    try:
+        yield s
+    finally:
+        s.close()
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _done_pr_task(store: Any, fake: FakeGitHub) -> str:
     """A done merge=pr task whose pull request #N is open on the fake."""
     (t,) = store.add_tasks([TaskSpec(name="t1", prompt="p", merge="pr")], 1.0)
     store.claim("o", "h", (), 2.0, 30.0, "sim", None)
@@ -75,7 +100,7 @@ def test_errors_are_one_line_reasons(fake: FakeGitHub) -> None:
         GitHub(TOKEN, "http://127.0.0.1:9").issues(REPO)
 
 
-def test_poll_parks_once_per_review_and_notes_checks(store: SqliteStore, fake: FakeGitHub) -> None:
+def test_poll_parks_once_per_review_and_notes_checks(store: Any, fake: FakeGitHub) -> None:
     tid = _done_pr_task(store, fake)
     gh = GitHub(TOKEN, fake.base)
     assert tick(store, 10.0, "t", poll=True, gh=gh) == []
@@ -92,7 +117,7 @@ def test_poll_parks_once_per_review_and_notes_checks(store: SqliteStore, fake: F
     assert t.reason == "changes_requested: pull request #1: still no"
 
 
-def test_poll_rate_limit_recorded_and_raised(store: SqliteStore, fake: FakeGitHub) -> None:
+def test_poll_rate_limit_recorded_and_raised(store: Any, fake: FakeGitHub) -> None:
     tid = _done_pr_task(store, fake)
     fake.rate_limited = True
     with pytest.raises(RateLimited):
@@ -116,7 +141,7 @@ def test_import_names_and_idempotence() -> None:
     assert all(p.spec is None for p in again)
 
 
-def test_controller_pull_request_line(store: SqliteStore, fake: FakeGitHub) -> None:
+def test_controller_pull_request_line(store: Any, fake: FakeGitHub) -> None:
     import anyio
 
     from fleet_tui.scheduler.control import Controller
@@ -129,7 +154,7 @@ def test_controller_pull_request_line(store: SqliteStore, fake: FakeGitHub) -> N
     assert anyio.run(Controller(store, actor="t").pull_request, other.id) is None
 
 
-def test_imported_task_comments_on_start_and_park_once(store: SqliteStore, fake: FakeGitHub) -> None:
+def test_imported_task_comments_on_start_and_park_once(store: Any, fake: FakeGitHub) -> None:
     n = fake.add_issue(REPO, "Broken", "b", ("fleet",))
     (t,) = store.add_tasks([TaskSpec(name="gh-1", prompt="p", source=f"github:{REPO}#{n}")], 1.0)
     put_link(store, t.id, {"repo": REPO, "issue": n, "comment": True})
@@ -144,7 +169,7 @@ def test_imported_task_comments_on_start_and_park_once(store: SqliteStore, fake:
     assert get_link(store, t.id)["said"] == ["park:1", "start"]
 
 
-def test_publish_on_a_parked_task_without_remote_does_not_raise(store: SqliteStore, tmp_path: Path) -> None:
+def test_publish_on_a_parked_task_without_remote_does_not_raise(store: Any, tmp_path: Path) -> None:
     import subprocess
     from types import SimpleNamespace
 
