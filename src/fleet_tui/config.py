@@ -82,6 +82,7 @@ class Config:
     worktree_setup: str | None = None
     keep_worktrees: bool = False
     sandbox: Literal["none", "bwrap"] = "none"
+    github_poll_s: float = 60.0
     notify: tuple[str, ...] = ()
     notify_events: tuple[str, ...] = ("question", "needs_human", "drained", "rate_limit", "error")
     notify_desktop: Literal["auto", "on", "off"] = "auto"
@@ -188,6 +189,9 @@ KEYS: dict[str, _Key] = {
         "run agents, verifiers and reviewers in a sandbox: bwrap (Linux bubblewrap) or none; a task's "
         "own sandbox key wins (see README, Sandbox)",
         choices=("none", "bwrap"),
+    ),
+    "github_poll_s": _Key(
+        "float", 'seconds between looks at the GitHub state of open pull requests (merge = "pr")', low=1
     ),
     "notify": _Key(
         "strs",

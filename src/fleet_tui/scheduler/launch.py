@@ -452,6 +452,11 @@ def after_done(engine: Engine, task: Task) -> None:
     try:
         if info.path.exists():
             wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
+        if task.spec.merge == "pr":  # push + pull request (pullrequest.py); failures park the task
+            from fleet_tui.scheduler.pullrequest import publish
+
+            _publish(engine, publish(engine, task, info).task)
+            return
         if task.spec.merge != "auto":
             return
         res = _merge_sync(engine, task, info)
@@ -536,7 +541,8 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
     if task is None:
         return CommandResult(False, f"no task {ref!r}")
     if task.status != TaskStatus.DONE and not (
-        task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("merge_conflict")
+        task.status == TaskStatus.NEEDS_HUMAN
+        and (task.reason or "").startswith(("merge_conflict", "push_rejected", "pull_request_failed"))
     ):
         return CommandResult(False, f"{task.name} is {task.status.value}: only done tasks merge")
     info = load_worktree(engine.home, task.id)
@@ -544,6 +550,10 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
         return CommandResult(
             False, f"{task.name} ran without git_ref (in place): there is no branch to merge"
         )
+    if task.spec.merge == "pr":  # merge = "pr": (re)push and open/update the pull request
+        from fleet_tui.scheduler.pullrequest import publish
+
+        return await anyio.to_thread.run_sync(lambda: publish(engine, task, info))
     return await anyio.to_thread.run_sync(lambda: _merge_sync(engine, task, info))
 
 

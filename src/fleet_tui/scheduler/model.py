@@ -82,7 +82,7 @@ class TaskSpec:
     verify: tuple[VerifySpec, ...] = ()
     budget_usd: float | None = None
     setup: str | None = None  # worktree setup command
-    merge: Literal["manual", "auto"] = "manual"
+    merge: Literal["manual", "auto", "pr"] = "manual"  # pr: push + pull request (pullrequest.py)
     env: tuple[tuple[str, str], ...] = ()
     source: str | None = None  # "file:line" the spec came from, for messages
     sandbox: str | None = None  # "bwrap" | "none"; None: the config's default (see sandbox.py)
