@@ -163,7 +163,9 @@ def cmd_add(ctx: Ctx) -> int:
         verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
         timeout_min=a.timeout_min,
         budget_usd=a.budget_usd,
+        merge=a.merge,
         source="fleet-tui add",
+        notify_done=a.notify_done,
     )
     names, available = _coder_tools()
     problems = validate_spec(
@@ -175,6 +177,66 @@ def cmd_add(ctx: Ctx) -> int:
     if not res.ok:
         raise UserError(res.message)
     print(res.task.id)
+    return 0
+
+
+def cmd_import(ctx: Ctx) -> int:
+    """``import github OWNER/REPO``: one task per matching open issue not imported yet."""
+    from fleet_tui.scheduler import ghimport
+    from fleet_tui.scheduler.github import GitHub, GitHubError
+    from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+    from fleet_tui.scheduler.pullrequest import put_link
+    from fleet_tui.taskfile import validate_spec
+
+    a = ctx.args
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", a.repo):
+        raise UserError(f"import github: {a.repo!r} is not OWNER/REPO (like octo/widgets)")
+    cwd = Path(a.cwd).resolve()
+    git_ref = a.git_ref
+    if git_ref is None and a.merge == "pr":  # a pull request needs a branch: the checkout's branch
+        from fleet_tui.scheduler.worktree import _git
+
+        status, out, _ = _git(cwd, "symbolic-ref", "--short", "-q", "HEAD", check=False)
+        if status != 0 or not out.strip():
+            raise UserError(
+                f"import github: {cwd} is not on a git branch: give --cwd a checkout of {a.repo} or --git-ref"
+            )
+        git_ref = out.strip()
+    template = TaskSpec(
+        name="-",
+        prompt="-",
+        cwd=str(cwd),
+        coder=a.coder,
+        model=a.model,
+        git_ref=git_ref,
+        priority=a.priority,
+        verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
+        merge=a.merge,
+    )
+    try:
+        issues = GitHub().issues(a.repo, label=a.label, assignee=a.assignee, milestone=a.milestone)
+    except GitHubError as e:
+        raise UserError(f"import github {a.repo}: {e}") from None
+    store = ctx.store
+    planned = ghimport.plan(a.repo, issues, template, [t.spec for t in store.list_tasks()])
+    specs = [p.spec for p in planned if p.spec is not None]
+    names, available = _coder_tools()
+    taken = store.task_names()
+    for spec in specs:
+        if problems := validate_spec(
+            spec, known_coders=names, existing_names=taken, coder_available=available
+        ):
+            raise UserError(f"cannot import issue {spec.source}:\n" + "\n".join(f"  {p}" for p in problems))
+    tasks = store.add_tasks(specs, time.time()) if specs else []
+    for t, p in zip(tasks, [p for p in planned if p.spec is not None], strict=True):
+        put_link(
+            store,
+            t.id,
+            {"repo": a.repo, "issue": p.issue.number, "issue_url": p.issue.url, "comment": a.comment},
+        )
+        print(f"{t.id}  {t.name}  <- {p.issue.url}")
+    skipped = len(planned) - len(specs)
+    print(f"queued {len(tasks)} task(s) from {len(issues)} matching issue(s); {skipped} already imported")
     return 0
 
 
@@ -252,7 +314,15 @@ def cmd_run(ctx: Ctx) -> int:
             await engine.run(until_idle=a.until_idle)
             tg.cancel_scope.cancel()
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    except BaseException as e:  # a store that failed for good: one clear line, no traceback
+        from fleet_tui.scheduler.outage import store_error_of
+
+        err = store_error_of(e)
+        if err is None:
+            raise
+        raise UserError(str(err)) from None
     if a.until_idle:
         waiting = [(n, r) for n, r in engine.idle_report]
         if waiting:
@@ -271,7 +341,11 @@ def cmd_status(ctx: Ctx) -> int:
         return print_gauges(ctx.store, ctx.cfg, ctx.home, as_json=ctx.args.json)
     store = ctx.store
     tasks = store.list_tasks()
+    from fleet_tui.scheduler.pullrequest import link_json, link_line
+    from fleet_tui.scheduler.pullrequest import links as pr_links
+
     now = time.time()
+    links = pr_links(store, tasks)
     if ctx.args.json:
         out = []
         for t in tasks:
@@ -279,6 +353,8 @@ def cmd_status(ctx: Ctx) -> int:
             atts = store.attempts(t.id)
             d["verify_output"] = atts[-1].verify_output if atts else None
             d["last_outcome"] = atts[-1].outcome if atts else None
+            d["pull_request"] = link_json(links.get(t.id))
+            d["issue_url"] = links.get(t.id, {}).get("issue_url")
             out.append(d)
         print(json.dumps(out, indent=1))
         return 0
@@ -293,7 +369,8 @@ def cmd_status(ctx: Ctx) -> int:
         coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
         print(
             f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}".rstrip()
+            f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}"
+            f"{'  · ' + clean(pr, one_line=True) if (pr := link_line(links.get(t.id))) else ''}".rstrip()
         )
     return 0
 
@@ -507,6 +584,7 @@ def cmd_doctor(ctx: Ctx) -> int:
         bad += 1
     print(f"ok  home {ctx.home}")
     bad += _doctor_sandbox(ctx)
+    bad += _doctor_notify(ctx)
     return 1 if bad else 0
 
 
@@ -527,6 +605,41 @@ def _doctor_sandbox(ctx: Ctx) -> int:
         return 0
     print(f"--  sandbox bwrap not usable: {detail}; {use}")
     return 1 if mode == "bwrap" else 0
+
+
+def _doctor_notify(ctx: Ctx) -> int:
+    """Notification targets and how sending went (the store's notifications table)."""
+    try:
+        stats = ctx.store.notification_stats()
+    except Exception as e:  # a store problem is reported above already
+        print(f"--  notifications: {e}")
+        return 0
+    cfg = ctx.cfg
+    where = [*(u.rpartition(" ")[2].split("://")[0] + "://" for u in cfg.notify)]
+    if cfg.telegram_token:
+        where.append("telegram")
+    where += [f"desktop={cfg.notify_desktop}", f"terminal={cfg.notify_terminal}"]
+    mark = "-- " if stats.failed else "ok "
+    line = f"{mark} notifications: {stats.sent} sent, {stats.failed} failed  ({', '.join(where)})"
+    if stats.last_failure:
+        line += f"; last failure: {stats.last_failure}"
+    print(line)
+    return 0
+
+
+def cmd_notify(ctx: Ctx) -> int:
+    from fleet_tui.notify import send_test
+
+    results = send_test(ctx.cfg)
+    if not results:
+        raise UserError(
+            "no notification targets: add one with `fleet-tui config set notify ntfys://YOUR-TOPIC` "
+            "(any apprise URL), or set telegram_token and telegram_chat"
+        )
+    for r in results:
+        said = r.target if r.ok else r.detail if r.detail.startswith(r.target) else f"{r.target}: {r.detail}"
+        print(f"{'ok ' if r.ok else '-- '} {said}")
+    return 0 if all(r.ok for r in results) else 1
 
 
 def cmd_mcp(ctx: Ctx) -> int:
@@ -593,6 +706,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-retries", type=int)
     a.add_argument("--timeout-min", type=float)
     a.add_argument("--budget-usd", type=float)
+    a.add_argument(
+        "--merge", choices=["manual", "auto", "pr"], default="manual", help="pr: push + pull request"
+    )
+    a.add_argument("--notify-done", action="store_true", help="notify when this task is done")
 
     for name in ("load", "validate"):
         s = sub.add_parser(name, help=f"{name} a tasks.toml")
@@ -609,6 +726,24 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--raw", action="store_true")
     lg.add_argument("--json", action="store_true")
+    im = sub.add_parser("import", help="queue one task per matching GitHub issue (not imported yet)")
+    im.add_argument("source", choices=["github"])
+    im.add_argument("repo", metavar="OWNER/REPO")
+    im.add_argument("--label")
+    im.add_argument("--assignee")
+    im.add_argument("--milestone", help="a milestone number or title")
+    im.add_argument("--cwd", default=".", help="a checkout of the repository")
+    im.add_argument("--coder")
+    im.add_argument("--model")
+    im.add_argument("--git-ref", help="base branch (default with --merge pr: the checkout's branch)")
+    im.add_argument("--merge", choices=["pr", "manual", "auto"], default="pr")
+    im.add_argument("--verify", action="append", default=[], metavar="CMD")
+    im.add_argument("--priority", type=int, default=0)
+    im.add_argument(
+        "--comment",
+        action="store_true",
+        help="comment on the issue when its task starts, parks, opens its PR",
+    )
     for verb in ("kill", "pause", "resume", "retry", "cancel", "merge"):
         s = sub.add_parser(verb, help=f"{verb} a task")
         s.add_argument("task", nargs="?")
@@ -626,6 +761,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("hosts", help="machines sharing the store")
     sub.add_parser("doctor", help="check coders, the store and the home")
     sub.add_parser("mcp-ask-human", help="the stdio MCP server agents call (started by coders)")
+    nt = sub.add_parser("notify", help="notifications: `notify test` sends one to every target")
+    nt.add_argument("action", choices=["test"])
     COMMANDS.update(wheel_cli.register(sub))  # send, approve, edit, takeover
     return p
 
@@ -643,6 +780,7 @@ COMMANDS = {
     "retry": cmd_simple,
     "cancel": cmd_simple,
     "merge": cmd_simple,
+    "import": cmd_import,
     "questions": cmd_questions,
     "answer": cmd_answer,
     "config": cmd_config,
@@ -650,6 +788,7 @@ COMMANDS = {
     "hosts": cmd_hosts,
     "doctor": cmd_doctor,
     "mcp-ask-human": cmd_mcp,
+    "notify": cmd_notify,
     "demo": cmd_demo,
     "example": cmd_example,
 }

@@ -220,7 +220,7 @@ async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandR
     who = by or user_name()
     now = ctl.clock()
     store: Store = ctl.store
-    if task.status == TaskStatus.PAUSED and (task.reason or "").startswith("taken over by"):
+    if task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("taken over by "):
         return CommandResult(False, f"{task.name} is {task.reason}; finish the takeover first")
     await anyio.to_thread.run_sync(add_pending, store, task.id, text, who, now)
     if task.status == TaskStatus.QUEUED:

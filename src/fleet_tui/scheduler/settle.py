@@ -19,19 +19,12 @@ from fleet_tui.scheduler.model import TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 
 
-def is_taken_over(reason: str | None) -> bool:
-    return (reason or "").startswith("taken over by ")
-
-
 async def approve(ctl: Any, ref: str, by: str) -> CommandResult:
-    """A parked task (needs_human, or paused by a takeover) becomes done, approved by ``by``."""
+    """A parked task (needs_human, a takeover's too) becomes done, approved by ``by``."""
     task = await ctl._get(ref)
     if isinstance(task, CommandResult):
         return task
-    parked = task.status == TaskStatus.NEEDS_HUMAN or (
-        task.status == TaskStatus.PAUSED and is_taken_over(task.reason) and not task.paused_running
-    )
-    if not parked:
+    if task.status != TaskStatus.NEEDS_HUMAN:
         return CommandResult(
             False,
             f"{task.name} is {task.status.value}: only a parked task (needs_human) can be approved "
