@@ -151,26 +151,8 @@ def _ask(name: str) -> str:
             return choice
 
 
-def _open_window(argv: list[str], workdir: str, extra: dict[str, str], title: str) -> None:
-    """The interactive session in a new tmux window; returns once that window has closed."""
-    env_flags = [x for k, v in extra.items() for x in ("-e", f"{k}={v}")]
-    cmd = ["tmux", "new-window", "-P", "-F", "#{pane_id}", "-n", title, "-c", workdir, *env_flags]
-    out = subprocess.run([*cmd, shlex.join(argv)], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise _fail(f"tmux new-window failed: {out.stderr.strip()}; try --foreground")
-    pane = out.stdout.strip()
-    while True:
-        panes = subprocess.run(
-            ["tmux", "list-panes", "-a", "-F", "#{pane_id}"], capture_output=True, text=True
-        )
-        if panes.returncode != 0 or pane not in panes.stdout.split():
-            return
-        time.sleep(0.3)
-
-
 def cmd_takeover(ctx: Any) -> int:
     from fleet_tui.cli import _controller
-    from fleet_tui.coders.base import CannotResume, get_coder
     from fleet_tui.scheduler import followup, takeover
     from fleet_tui.scheduler.engine import Engine
     from fleet_tui.scheduler.launch import after_done
@@ -183,25 +165,19 @@ def cmd_takeover(ctx: Any) -> int:
     if not res.ok or res.task is None:
         raise _fail(res.message)
     task = res.task
-    workdir = task.workdir or task.worktree or task.spec.cwd
-    sid, adir = takeover.session(ctx.store, ctx.home, task)
-    coder = get_coder(task.coder or ctx.cfg.default_coder)
-    try:
-        interactive = getattr(coder, "interactive_argv", None)
-        if interactive is None:
-            raise CannotResume(f"the {coder.name} coder has no interactive session to open")
-        argv, extra = interactive(sid, adir)
-    except CannotResume as e:
-        argv, extra = [os.environ.get("SHELL") or "/bin/sh"], {}
-        print(f"{task.name}: {e}; opening a shell in the worktree instead", file=sys.stderr)
-    print(clean(f"{task.name}: {task.reason}; opening {shlex.join(argv)} in {workdir}"), flush=True)
+    it = takeover.interactive_command(ctx.store, ctx.home, ctx.cfg.default_coder, task)
+    if it.note:
+        print(f"{task.name}: {it.note}", file=sys.stderr)
+    print(clean(f"{task.name}: {task.reason}; opening {shlex.join(it.argv)} in {it.workdir}"), flush=True)
     if os.environ.get("TMUX") and not ctx.args.foreground:
-        _open_window(argv, workdir, extra, f"takeover:{task.name}")
+        err = takeover.open_tmux_window(it, f"takeover:{task.name}")
+        if err:
+            raise _fail(f"{err}; the task stays taken over: run takeover with --foreground")
     else:
         try:
-            subprocess.call(argv, cwd=workdir, env={**os.environ, **extra, "PWD": workdir})
+            subprocess.call(it.argv, cwd=it.workdir, env={**os.environ, **it.env, "PWD": it.workdir})
         except OSError as e:
-            print(f"{task.name}: cannot start {argv[0]}: {e}", file=sys.stderr)
+            print(f"{task.name}: cannot start {it.argv[0]}: {e}", file=sys.stderr)
     choice = ctx.args.then or _ask(task.name)
     eng = Engine(ctx.store, ctx.home, ctx.cfg)
 

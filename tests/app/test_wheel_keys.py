@@ -150,3 +150,34 @@ async def test_review_comments_reach_the_follow_up(store: Store, tmp_path: Path)
     (msg,) = followup.pending(store, t.id)
     assert "- src/calc.py:12 `s += x`: use sum()" in msg["text"], msg
     assert store.get_task(t.id).status == TaskStatus.QUEUED  # type: ignore[union-attr]
+
+
+async def test_shift_t_takes_over_then_asks(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import nullcontext
+
+    from fleet_tui.screens.takeover import TakeoverDoneScreen
+
+    t = parked_task(store, tmp_path, "job")
+    engine = engine_on(store, [t])
+    engine.home = tmp_path  # type: ignore[attr-defined]
+    engine.kill = Controller(store).kill  # type: ignore[attr-defined]
+    monkeypatch.delenv("TMUX", raising=False)
+    monkeypatch.setenv("SHELL", "/bin/true")
+    app = sc.make_app(engine)
+    seen: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(app, "suspend", lambda: nullcontext())
+    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: seen.append((argv, cwd)) or 0)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.queue.select_id(t.id)
+        await pilot.pause()
+        await pilot.press("T")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, TakeoverDoneScreen), "the question after it")
+        assert seen == [(["/bin/true"], str(tmp_path))]
+        taken = store.get_task(t.id)
+        assert taken is not None and (taken.reason or "").startswith("taken over by "), taken
+        await pilot.press("d")
+        await wait_for(pilot, lambda: store.get_task(t.id).status == TaskStatus.DONE, "marked done")  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, QueueTable, focus_now
 from fleet_tui.app.stream import FILL_LIMIT, StreamLog
+from fleet_tui.app.wheel import WheelKeys
 from fleet_tui.gauges import Gauge, gauges
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
 from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
@@ -47,7 +48,7 @@ PULL_SECONDS = 1.0
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 
 
-class FleetApp(App[None]):
+class FleetApp(WheelKeys, App[None]):
     """The cockpit. ``FleetApp(engine, title=..., on_quit="ask", clock=None, run_engine=None)``."""
 
     CSS_PATH = STYLES
@@ -69,6 +70,7 @@ class FleetApp(App[None]):
         Binding("s", "shell", "shell"),
         Binding("f", "follow_up", "follow-up", show=False),  # in the help; the footer is full
         Binding("A", "approve", "approve", show=False),
+        Binding("T", "takeover", "take over", show=False),
         Binding("slash", "filter", "filter", key_display="/", priority=True),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
@@ -89,6 +91,7 @@ class FleetApp(App[None]):
         "shell": "Open a shell in the selected task's working directory",
         "follow_up": "Send the selected task's agent a follow-up: it continues its own conversation",
         "approve": "Approve a parked task: it becomes done, with you as its verifier (asks first)",
+        "takeover": "Take over the selected task: its agent stops, its CLI's own session opens (asks first)",
         "filter": "Filter the queue: words, state:running, coder:claude, host:box1",
         "help": "This help",
         "quit": "Quit (asks whether to leave running agents or stop them)",
@@ -97,7 +100,7 @@ class FleetApp(App[None]):
     }
     MAIN_ACTIONS: ClassVar[frozenset[str]] = frozenset(
         {"new_task", "detail", "answer", "kill", "pause_task", "pause_fleet", "retry", "cancel_task",
-         "merge", "shell", "filter", "help", "top", "bottom", "follow_up", "approve"}
+         "merge", "shell", "filter", "help", "top", "bottom", "follow_up", "approve", "takeover"}
     )  # fmt: skip
     #: keys handled by widgets (listed in the help; not app bindings)
     OTHER_KEYS: ClassVar[list[tuple[str, str]]] = [
@@ -456,33 +459,6 @@ class FleetApp(App[None]):
     def action_retry(self) -> None:
         if (task := self._need_selected()) is not None:
             self.send(lambda: self.engine.retry(task.id))
-
-    def action_follow_up(self) -> None:
-        """``f``: a message continues the selected task's conversation (``fleet-tui send``)."""
-        from fleet_tui.scheduler.followup import send
-        from fleet_tui.screens.followup import FollowUpScreen
-
-        if (task := self._need_selected()) is None:
-            return
-
-        def done(text: str | None) -> None:
-            if text:
-                self.send(lambda: send(self.engine, task.id, text))
-
-        self.push_screen(FollowUpScreen(task.name), done)
-
-    def action_approve(self) -> None:
-        """``A``: a parked task becomes done, approved by the person (``fleet-tui approve``)."""
-        from fleet_tui.scheduler.followup import user_name
-        from fleet_tui.scheduler.settle import approve
-
-        if (task := self._need_selected()) is not None:
-            self._confirm_then(
-                f"Approve {task.name}? It becomes done, with you as its verifier.",
-                task.reason or "",
-                "Approve",
-                lambda: approve(self.engine, task.id, user_name()),
-            )
 
     def on_inbox_answer(self, message: Inbox.Answer) -> None:
         self.send(lambda: self.engine.answer(message.question_id, message.text))

@@ -12,6 +12,10 @@ process, the question) lives in the CLI; this module only changes the store.
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from fleet_tui.coders.base import CannotResume, get_coder
 from fleet_tui.scheduler import followup, settle
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.control import cascade_restore
@@ -51,6 +56,8 @@ async def begin(ctl: Any, ref: str, by: str) -> CommandResult:
     if isinstance(task, CommandResult):
         return task
     if is_taken_over(task):
+        if task.reason == TAKEN + by:  # the same person again (a window closed by accident)
+            return CommandResult(True, f"{task.name}: {task.reason}", task)
         return CommandResult(False, f"{task.name} is already {task.reason}")
     if task.status == TaskStatus.CANCELLED:
         return CommandResult(False, f"{task.name} is cancelled: retry it first")
@@ -75,6 +82,49 @@ def session(store: Store, home: Path, task: Task) -> tuple[str | None, Path]:
     if attempts:
         return None, Path(attempts[-1].dir)
     return None, home / "tasks" / task.id / "attempts" / "1"
+
+
+@dataclass(frozen=True)
+class Interactive:
+    argv: list[str]
+    env: dict[str, str]  # added to the person's environment
+    workdir: str
+    note: str | None = None  # why it is a plain shell instead of the CLI's session
+
+
+def interactive_command(store: Store, home: Path, default_coder: str, task: Task) -> Interactive:
+    """The CLI's own interactive session on the task's conversation, in its worktree (or the
+    person's shell there, saying why, when the coder has none)."""
+    workdir = task.workdir or task.worktree or task.spec.cwd
+    sid, adir = session(store, home, task)
+    coder = get_coder(task.coder or default_coder)
+    try:
+        interactive = getattr(coder, "interactive_argv", None)
+        if interactive is None:
+            raise CannotResume(f"the {coder.name} coder has no interactive session to open")
+        argv, extra = interactive(sid, adir)
+    except CannotResume as e:
+        shell = os.environ.get("SHELL") or "/bin/sh"
+        return Interactive([shell], {}, workdir, f"{e}; opening a shell in the worktree instead")
+    return Interactive(list(argv), dict(extra), workdir)
+
+
+def open_tmux_window(it: Interactive, title: str) -> str | None:
+    """The session in a new tmux window (we are inside tmux); returns once that window has
+    closed, or the error when tmux refused."""
+    env_flags = [x for k, v in it.env.items() for x in ("-e", f"{k}={v}")]
+    cmd = ["tmux", "new-window", "-P", "-F", "#{pane_id}", "-n", title, "-c", it.workdir, *env_flags]
+    out = subprocess.run([*cmd, shlex.join(it.argv)], capture_output=True, text=True)
+    if out.returncode != 0:
+        return f"tmux new-window failed: {out.stderr.strip()}"
+    pane = out.stdout.strip()
+    while True:
+        panes = subprocess.run(
+            ["tmux", "list-panes", "-a", "-F", "#{pane_id}"], capture_output=True, text=True
+        )
+        if panes.returncode != 0 or pane not in panes.stdout.split():
+            return None
+        time.sleep(0.3)
 
 
 async def finish(
