@@ -216,3 +216,37 @@ def test_opencode_retry_continues_the_same_session(fl: Fleet, tmp_path: Path) ->
     assert "VERIFY-SAYS-MISSING-DOCSTRING" in second[-1], second
     s = sessions(fl, "doc")
     assert len(s[1]) == 1 and s[1] == s[2], s
+
+
+# -- Gemini CLI ------------------------------------------------------------------------------------
+
+
+def gemini_texts(req: Request) -> list[str]:
+    out: list[str] = []
+    for c in req.body.get("contents", []):
+        out.append("\n".join(p.get("text", "") for p in c.get("parts", []) if isinstance(p, dict)))
+    return out
+
+
+def test_gemini_retry_continues_the_same_session(fl: Fleet, tmp_path: Path) -> None:
+    require_program("gemini")
+    from tests.fakeapi.gemini import serve_gemini
+
+    with serve_gemini([Text("First try: done."), Text("Added the docstring.")]) as (url, rec):
+        fl.env.update(
+            GEMINI_API_KEY="fake-key", GEMINI_CLI_HOME=str(fl.user_home), GOOGLE_GEMINI_BASE_URL=url
+        )
+        for var in ("GOOGLE_GENAI_USE_GCA", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_API_KEY"):
+            fl.env.pop(var, None)
+        fl.add("gemini", "doc", "Write a module docstring", "--verify", fails_once(tmp_path),
+               "--model", "gemini-2.5-flash")  # fmt: skip
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("doc")
+    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("doc"))
+    second = gemini_texts(calls[-1])
+    assert any("Write a module docstring" in x for x in second[:-1]), second
+    assert any("First try: done." in x for x in second[:-1]), second
+    assert "VERIFY-SAYS-MISSING-DOCSTRING" in second[-1], second
+    s = sessions(fl, "doc")
+    assert len(s[1]) == 1 and s[1] == s[2], s
