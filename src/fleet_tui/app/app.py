@@ -28,7 +28,7 @@ from textual.worker import Worker, WorkerState
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
-from fleet_tui.app.order import SORTS
+from fleet_tui.app.order import SORTS, Row
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, JumpInput, QueueView, focus_now
 from fleet_tui.app.stream import FILL_LIMIT, StreamLog
@@ -147,7 +147,7 @@ class FleetApp(App[None]):
         self.jump_input = JumpInput(placeholder="jump to: type part of a name", id="jump")
         self.queue = QueueView(clock=lambda: self.clock(), id="queue")
         self.queue_pane = Vertical(self.filter_input, self.jump_input, self.queue, id="queue-pane")
-        self._jump_from: str | None = None
+        self._jump_from: Row | None = None
         self._jump_matches: list[str] = []
         self._jump_at = 0
         self._snap_tasks: tuple[Task, ...] | None = None
@@ -610,7 +610,7 @@ class FleetApp(App[None]):
     # ------------------------------------------------------------------ queue navigation
 
     def action_jump(self) -> None:
-        self._jump_from = self.queue.selected_id
+        self._jump_from = self.queue.cursor_ref
         self._jump_matches = []
         self.jump_input.value = ""
         self.jump_input.border_subtitle = ""
@@ -633,7 +633,7 @@ class FleetApp(App[None]):
 
     def on_jump_input_cancelled(self, event: JumpInput.Cancelled) -> None:
         if self._jump_from is not None:
-            self.queue.select_id(self._jump_from)
+            self.queue.select_row(self._jump_from)
         focus_now(self.queue)
 
     def action_next_attention(self) -> None:

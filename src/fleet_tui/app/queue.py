@@ -339,7 +339,9 @@ class QueueView(ScrollView, can_focus=True):
         rows = self.model.rows()
         self._rows = rows
         index = self.model.index(before) if before is not None else None
-        if index is None:
+        if before is None:  # the first rows: start on the first task, not on a group header
+            index = next((i for i, r in enumerate(rows[:50]) if r.is_task), 0)
+        elif index is None:
             index = self._fallback_index(before)
         self._set_virtual_size()
         self._move(index, post=before != (rows[index] if rows else None))
@@ -451,6 +453,16 @@ class QueueView(ScrollView, can_focus=True):
             return False
         self._move(i)
         return True
+
+    def select_row(self, row: Row) -> bool:
+        """Put the cursor back on a row (a task, a group header, a folded count) if it is there."""
+        if row.is_task:
+            return self.select_id(row.ref)
+        self._ensure()
+        i = self.model.index(row)
+        if i is not None:
+            self._move(i)
+        return i is not None
 
     def get_cell(self, task_id: str, key: str) -> str:
         """The text a task's cell shows (before fitting to its column)."""
