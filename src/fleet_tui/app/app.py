@@ -349,12 +349,15 @@ class FleetApp(App[None]):
         questions = dict(self.questions)
         questions_changed = False
         changed: list[Task] = []
+        recount = False  # the header counts states: only a new task or a new state changes them
         for ee in batch:
             if ee.kind == "task" and ee.task is not None:
                 old = self.tasks.get(ee.task.id)
                 if old is None or ee.task.updated_at >= old.updated_at:
                     self.tasks[ee.task.id] = ee.task
                     changed.append(ee.task)
+                    if old is None or old.status != ee.task.status:
+                        recount = True
             elif ee.kind == "event" and ee.event is not None:
                 events.append(ee.event)
             elif ee.kind == "question" and ee.question is not None:
@@ -383,8 +386,9 @@ class FleetApp(App[None]):
         if selected in touched:
             self._retitle_stream(selected)
         if changed or questions_changed:
-            self._tasks_version += 1
             self._retitle_queue()
+        if recount or questions_changed:
+            self._tasks_version += 1
             # recounting every task: at once for a question or the first change in a while, then
             # at most 4 times a second while tasks keep changing
             if questions_changed or time.monotonic() - self._header_at >= 0.25:

@@ -8,8 +8,10 @@ rule can be tested without starting an app. Nothing here imports Textual; styles
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from rich.style import Style
 from rich.text import Text
@@ -237,9 +239,8 @@ def header_text(title: str, snap: Snapshot, questions: int, now: float, width: i
 
     With ``width``, the least useful words give way first (``free``, finished counts, the reset
     time, the title) so that what needs the person (paused, running, parked, questions) shows."""
-    counts: dict[str, int] = {}
-    for task in snap.tasks:
-        counts[task.status.value] = counts.get(task.status.value, 0) + 1
+    # counted in C (ten thousand tasks, several times a second under load): no .value per task
+    counts = {status.value: n for status, n in Counter(map(attrgetter("status"), snap.tasks)).items()}
     active = counts.get("running", 0) + counts.get("verifying", 0)
     parts = [f"{active} running"] if active else []
     order = ["queued", "needs_human", "paused"]

@@ -87,6 +87,10 @@ def cut_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - tail :]
 
 
+#: how often lines whose cells changed in place are repainted (at most)
+REPAINT_SECONDS = 0.1
+
+
 @dataclass(frozen=True)
 class Column:
     key: str
@@ -227,6 +231,9 @@ class QueueView(ScrollView, can_focus=True):
         self._rebuild_pending = False
         self._columns: tuple[Column, ...] = ()
         self._layout_for: tuple[int, int] = (-1, -1)
+        self._style_cache: dict[tuple[str, bool, str], Style] = {}
+        self._repaint: set[str] = set()
+        self._repaint_pending = False
         #: lines drawn since mount (a test and the benchmark read it: cost follows the screen)
         self.lines_drawn = 0
 
@@ -297,7 +304,18 @@ class QueueView(ScrollView, can_focus=True):
     def _after_change(self, moved: bool, changed: list[str]) -> None:
         if moved:
             self._schedule_rebuild()
-        for tid in changed:
+        if changed:
+            # cells that changed in place (tokens, cost, a waiting reason) are repainted at most
+            # 10 times a second: agents publish usage far more often than a person can read it
+            self._repaint.update(changed)
+            if not self._repaint_pending:
+                self._repaint_pending = True
+                self.set_timer(REPAINT_SECONDS, self._repaint_due)
+
+    def _repaint_due(self) -> None:
+        self._repaint_pending = False
+        ids, self._repaint = self._repaint, set()
+        for tid in ids:
             self._refresh_task(tid)
 
     def _refresh_task(self, task_id: str) -> None:
@@ -576,14 +594,27 @@ class QueueView(ScrollView, can_focus=True):
             self._columns = layout(width, self.model.max_name)
         return self._columns
 
+    def notify_style_update(self) -> None:
+        self._style_cache.clear()
+        super().notify_style_update()
+
+    def _style(self, name: str) -> Style:
+        """A component's style, looked up once per theme and focus state (not once per line)."""
+        key = (name, self.has_focus, self.app.theme)
+        style = self._style_cache.get(key)
+        if style is None:
+            style = self.rich_style if name == "base" else self.get_component_rich_style(name)
+            self._style_cache[key] = style
+        return style
+
     def render_line(self, y: int) -> Strip:
         self.lines_drawn += 1
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self._style("base")
         if y == 0:
             return self._line(
                 [(c.label, c) for c in self.columns()],
-                base + self.get_component_rich_style("queue--header"),
+                base + self._style("queue--header"),
                 width,
             )
         index = round(self.scroll_y) + y - 1
@@ -598,24 +629,24 @@ class QueueView(ScrollView, can_focus=True):
             asking = self.model.is_asking(task)
             values = cell_texts(task, self.clock(), asking)
             if asking or task.status.value == "needs_human":
-                style += self.get_component_rich_style("queue--attention")
+                style += self._style("queue--attention")
             elif task.status in FINISHED:
-                style += self.get_component_rich_style("queue--finished")
+                style += self._style("queue--finished")
             strip_style = style
             if index == self.cursor:
-                strip_style = style + self.get_component_rich_style("queue--cursor")
+                strip_style = style + self._style("queue--cursor")
             return self._line([(values[c.key], c) for c in self.columns()], strip_style, width)
         if row.kind == "group":
             info = self.model.group(row.ref)
             text = group_text(info) if info is not None else row.ref
-            style += self.get_component_rich_style("queue--group")
+            style += self._style("queue--group")
         else:
             info = self.model.group(row.ref)
             n = info.finished if info is not None else 0
             text = f"  {GLYPHS['done']} {n} finished {'task' if n == 1 else 'tasks'} folded · f shows them"
-            style += self.get_component_rich_style("queue--folded")
+            style += self._style("queue--folded")
         if index == self.cursor:
-            style += self.get_component_rich_style("queue--cursor")
+            style += self._style("queue--cursor")
         return Strip([Segment(cut_end(text, width), style)]).crop_extend(0, width, style)
 
     def _line(self, cells: list[tuple[str, Column]], style: Style, width: int) -> Strip:
