@@ -20,7 +20,16 @@ from typing import Any
 import anyio
 
 from fleet_tui import __version__
-from fleet_tui.report import elapsed, event_json, event_line, fmt_dur, print_graph, task_json, why
+from fleet_tui.report import (
+    elapsed,
+    event_json,
+    event_line,
+    fmt_dur,
+    group_by_repo,
+    print_graph,
+    task_json,
+    why,
+)
 
 
 class UserError(Exception):
@@ -250,12 +259,16 @@ def cmd_status(ctx: Ctx) -> int:
         return 0
     names = {t.name: t for t in tasks}
     w = max(len(t.name) for t in tasks)
-    for t in tasks:
-        coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
-        print(
-            f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{coder:<14} {why(t, names)}".rstrip()
-        )
+    groups = group_by_repo(tasks) if ctx.args.group == "repo" else [("", tasks)]
+    for header, members in groups:
+        if header:
+            print(header)
+        for t in members:
+            coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
+            print(
+                f"{'  ' if header else ''}{t.id}  {t.name:<{w}}  {t.status.value:<11} "
+                f"{fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  {coder:<14} {why(t, names)}".rstrip()
+            )
     return 0
 
 
@@ -512,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="one line per task")
     st.add_argument("--json", action="store_true")
     st.add_argument("--graph", action="store_true")
+    st.add_argument("--group", choices=["repo"], help="group the lines by repository, like the cockpit")
     lg = sub.add_parser("logs", help="a task's events")
     lg.add_argument("task")
     lg.add_argument("--follow", "-f", action="store_true")

@@ -19,9 +19,9 @@ import bisect
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from fleet_tui.app.format import TaskFilter
+from fleet_tui.repos import group_order, repo_labels, repo_root
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import TaskStatus
 
@@ -72,42 +72,8 @@ def sort_key(task: Task, asking: bool, order: str = "priority") -> SortKey:
 # ----------------------------------------------------------------------------------- repositories
 
 
-@lru_cache(maxsize=4096)
-def repo_root(cwd: str) -> str:
-    """The git root holding ``cwd`` (the nearest folder with a ``.git``), else ``cwd`` itself.
-
-    Cached per folder: a fleet has many tasks but few distinct folders."""
-    path = os.path.abspath(cwd or ".")
-    probe = path
-    while True:
-        if os.path.exists(os.path.join(probe, ".git")):
-            return probe
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return path
-        probe = parent
-
-
 def repo_of(task: Task) -> str:
     return repo_root(task.spec.cwd)
-
-
-def repo_labels(roots: Iterable[str]) -> dict[str, str]:
-    """A short, unique label per repository root: its folder name, with parents added until no
-    two roots share a label (``api`` and ``api``  become ``work/api`` and ``old/api``)."""
-    roots = sorted(set(roots))
-    depth = dict.fromkeys(roots, 1)
-    while True:
-        labels = {r: "/".join(r.rstrip("/").split("/")[-depth[r] :]) or "/" for r in roots}
-        seen: dict[str, list[str]] = {}
-        for r, label in labels.items():
-            seen.setdefault(label, []).append(r)
-        clashes = [r for group in seen.values() if len(group) > 1 for r in group]
-        grown = [r for r in clashes if labels[r] != r]
-        if not grown:
-            return labels
-        for r in grown:
-            depth[r] += 1
 
 
 def repo_matches(label: str, root: str, wanted: str) -> bool:
@@ -344,7 +310,7 @@ class QueueModel:
             "done".startswith(s) or "cancelled".startswith(s) for s in self.filter.states if s
         )
         self._showing_finished = show_finished
-        for root in sorted(self._sorted, key=lambda r: (self.label(r).lower(), r)):
+        for root in group_order({r: self.label(r) for r in self._sorted}):
             entries = self._sorted[root]
             counts: dict[str, int] = {}
             shown: list[str] = []
@@ -413,7 +379,7 @@ class QueueModel:
         self.rows()
         scored: list[tuple[float, int, str]] = []
         position = 0
-        for root in sorted(self._sorted, key=lambda r: (self.label(r).lower(), r)):
+        for root in group_order({r: self.label(r) for r in self._sorted}):
             for _, tid in self._sorted[root]:
                 position += 1
                 task = self.tasks[tid]
