@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from fleet_tui.repos import group_order, repo_labels, repo_root
+from fleet_tui.repos import group_order, repo_labels, repo_root, urgency
 from fleet_tui.scheduler.inbox import sanitize_for_display
 
 
@@ -85,8 +85,9 @@ def group_by_repo(tasks: list[Any]) -> list[tuple[str, list[Any]]]:
     for t in tasks:
         by_root.setdefault(repo_root(t.spec.cwd), []).append(t)
     labels = repo_labels(by_root)
+    urgencies = {r: min(urgency(t.status.value, t.asking) for t in ts) for r, ts in by_root.items()}
     out = []
-    for root in group_order(labels):
+    for root in group_order(labels, urgencies):
         members = by_root[root]
         counts: dict[str, int] = {}
         for t in members:

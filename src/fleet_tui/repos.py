@@ -46,6 +46,29 @@ def repo_labels(roots: Iterable[str]) -> dict[str, str]:
             depth[r] += 1
 
 
-def group_order(labels: dict[str, str]) -> list[str]:
-    """Repository roots in the order both views list them: by label, then by path."""
-    return sorted(labels, key=lambda r: (labels[r].lower(), r))
+#: how urgent a task's state is for the person, most urgent first (``asking`` outranks the rest)
+URGENCY = {
+    "asking": 0,
+    "needs_human": 0,
+    "running": 1,
+    "verifying": 1,
+    "paused": 2,
+    "queued": 3,
+    "done": 4,
+    "cancelled": 4,
+}
+
+
+def urgency(status: str, asking: bool = False) -> int:
+    """0 needs the person, 1 running/verifying, 2 paused, 3 queued, 4 finished."""
+    if asking and URGENCY.get(status, 3) < 4:
+        return 0
+    return URGENCY.get(status, 3)
+
+
+def group_order(labels: dict[str, str], urgencies: dict[str, int] | None = None) -> list[str]:
+    """Repository roots in the order both views list them: repositories with a task that needs
+    the person first, then with running tasks, and so on (the most urgent task of each), then by
+    label and path. A group moves only when its most urgent task changes band."""
+    urg = urgencies or {}
+    return sorted(labels, key=lambda r: (urg.get(r, 3), labels[r].lower(), r))

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fleet_tui.app.format import TaskFilter
-from fleet_tui.repos import group_order, repo_labels, repo_root
+from fleet_tui.repos import group_order, repo_labels, repo_root, urgency
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import TaskStatus
 
@@ -31,22 +31,11 @@ SORTS: tuple[str, ...] = ("priority", "age", "name", "cost")
 FINISHED = frozenset({TaskStatus.DONE, TaskStatus.CANCELLED})
 ATTENTION_BAND = 0
 FINISHED_BAND = 4
-_BANDS = {
-    TaskStatus.NEEDS_HUMAN: 0,
-    TaskStatus.RUNNING: 1,
-    TaskStatus.VERIFYING: 1,
-    TaskStatus.PAUSED: 2,
-    TaskStatus.QUEUED: 3,
-    TaskStatus.DONE: FINISHED_BAND,
-    TaskStatus.CANCELLED: FINISHED_BAND,
-}
 
 
 def band(task: Task, asking: bool = False) -> int:
-    """0 needs the person, 1 running/verifying, 2 paused, 3 queued, 4 finished."""
-    if asking and task.status not in FINISHED:
-        return ATTENTION_BAND
-    return _BANDS.get(task.status, 3)
+    """0 needs the person, 1 running/verifying, 2 paused, 3 queued, 4 finished (``repos.urgency``)."""
+    return urgency(task.status.value, asking)
 
 
 SortKey = tuple[object, ...]
@@ -297,6 +286,11 @@ class QueueModel:
         root = self._group_of.get(task.id, "")
         return any(repo_matches(self.label(root), root, r) for r in self.repo_filter)
 
+    def _group_order(self) -> list[str]:
+        # every sort key starts with the band: a group's first entry is its most urgent task
+        urgencies = {r: int(entries[0][0][0]) for r, entries in self._sorted.items()}  # type: ignore[call-overload]
+        return group_order({r: self.label(r) for r in self._sorted}, urgencies)
+
     def rows(self) -> list[Row]:
         """The display rows (rebuilt only after something moved)."""
         if self._rows is not None:
@@ -310,7 +304,7 @@ class QueueModel:
             "done".startswith(s) or "cancelled".startswith(s) for s in self.filter.states if s
         )
         self._showing_finished = show_finished
-        for root in group_order({r: self.label(r) for r in self._sorted}):
+        for root in self._group_order():
             entries = self._sorted[root]
             counts: dict[str, int] = {}
             shown: list[str] = []
@@ -379,7 +373,7 @@ class QueueModel:
         self.rows()
         scored: list[tuple[float, int, str]] = []
         position = 0
-        for root in group_order({r: self.label(r) for r in self._sorted}):
+        for root in self._group_order():
             for _, tid in self._sorted[root]:
                 position += 1
                 task = self.tasks[tid]

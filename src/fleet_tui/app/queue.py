@@ -114,12 +114,13 @@ _COLUMNS: tuple[tuple[str, str, int, int, bool], ...] = (
 )
 #: columns given up first when the width is short, so none is cut to a letter
 _DROP_ORDER = ("ctx", "host", "tokens", "attempt", "coder", "cost", "elapsed")
-_GROW_ORDER = ("state", "coder", "host")
+#: then the spare width: (column, up to this width, 0 = its ideal); what is left goes to state
+_GROW_ORDER = (("state", 24), ("coder", 0), ("host", 0), ("state", 0))
 
 
 def layout(width: int, longest_name: int) -> tuple[Column, ...]:
     """The columns for a content ``width``: names whole first, then the state; optional columns
-    dropped (in ``_DROP_ORDER``) rather than cut; what is left goes to state, coder, host."""
+    dropped (in ``_DROP_ORDER``) rather than cut; what is left goes to state, coder, host, state."""
     spec = {key: (label, lo, hi, right) for key, label, lo, hi, right in _COLUMNS}
     name_w = max(longest_name, 4)
     widths = {key: lo for key, (_, lo, _, _) in spec.items()}
@@ -136,9 +137,9 @@ def layout(width: int, longest_name: int) -> tuple[Column, ...]:
     if need() > width:  # even alone with the state the name does not fit: cut names in the middle
         widths["name"] = max(8, name_w - (need() - width))
     spare = width - need()
-    for key in _GROW_ORDER:
+    for key, upto in _GROW_ORDER:
         if key in keys and spare > 0:
-            grow = min(spare, spec[key][2] - widths[key])
+            grow = max(0, min(spare, (upto or spec[key][2]) - widths[key]))
             widths[key] += grow
             spare -= grow
     if spare > 0:
