@@ -68,6 +68,10 @@ class FleetApp(App[None]):
         Binding("s", "shell", "shell"),
         Binding("slash", "filter", "filter", key_display="/", priority=True),
         Binding("j", "jump", "jump", priority=True),
+        # while the jump box has the focus: handled as the key arrives, so that a key typed right
+        # after Enter/Escape (one burst over ssh) reaches the queue and not the closing box
+        Binding("enter", "jump_close(1)", "stay there", show=False, priority=True),
+        Binding("escape", "jump_close(0)", "go back", show=False, priority=True),
         Binding("exclamation_mark", "next_attention", "next !", key_display="!"),
         Binding("o", "cycle_sort", "sort"),
         Binding("f", "toggle_finished", "finished"),
@@ -109,6 +113,7 @@ class FleetApp(App[None]):
         ("up/down", "move in a list"),
         ("pgup/pgdn home/end", "page through the queue / first and last row"),
         ("space, left/right", "fold / unfold the repository group under the cursor"),
+        ("enter / escape (jump)", "stay on the task found / go back to where the cursor was"),
         ("tab / shift+tab", "next / previous pane"),
         ("escape", "close a dialog, cancel an answer, clear the filter"),
         ("ctrl+p", "command palette (every action)"),
@@ -197,6 +202,8 @@ class FleetApp(App[None]):
         if on_top and action in self.MAIN_ACTIONS:
             return False
         # the priority keys are plain characters while someone types in a text field
+        if action == "jump_close":
+            return self.focused is self.jump_input
         return not (action in ("filter", "answer", "jump") and isinstance(self.focused, Input | TextArea))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -574,7 +581,7 @@ class FleetApp(App[None]):
         """(key, action, description) of every cockpit binding, for the help and the palette."""
         rows = []
         for b in self.BINDINGS:
-            if isinstance(b, Binding):
+            if isinstance(b, Binding) and not b.action.startswith("jump_close"):  # in OTHER_KEYS
                 rows.append((b.key_display or b.key, b.action, self.ACTION_HELP.get(b.action, b.description)))
         return rows
 
@@ -602,10 +609,6 @@ class FleetApp(App[None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
             event.input.display = bool(event.value.strip())
-            focus_now(self.queue)
-        elif event.input.id == "jump":
-            event.input.value = ""
-            event.input.display = False
             focus_now(self.queue)
 
     def on_filter_input_cleared(self, event: FilterInput.Cleared) -> None:
@@ -635,10 +638,15 @@ class FleetApp(App[None]):
             self._jump_at = (self._jump_at + event.step) % len(self._jump_matches)
             self.queue.select_id(self._jump_matches[self._jump_at])
 
+    def action_jump_close(self, stay: int) -> None:
+        if stay:
+            self.jump_input.action_accept()
+        else:
+            self.jump_input.action_cancel()
+
     def on_jump_input_cancelled(self, event: JumpInput.Cancelled) -> None:
         if self._jump_from is not None:
             self.queue.select_row(self._jump_from)
-        focus_now(self.queue)
 
     def action_next_attention(self) -> None:
         if not self.queue.next_attention():

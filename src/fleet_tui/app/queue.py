@@ -691,6 +691,7 @@ class JumpInput(Input):
     down/up (or tab) step through the other matches, Enter stays there, Escape goes back."""
 
     BINDINGS = [
+        Binding("enter", "accept", "stay there", show=False),
         Binding("escape", "cancel", "back", show=False),
         Binding("down", "step(1)", "next match", show=False),
         Binding("tab", "step(1)", "next match", show=False),
@@ -708,7 +709,21 @@ class JumpInput(Input):
     def action_step(self, step: int) -> None:
         self.post_message(self.Step(step))
 
-    def action_cancel(self) -> None:
-        self.value = ""
+    def _close(self) -> None:
+        """Hide and give the focus back to the queue now, inside the key's handler: a key typed
+        right after Enter or Escape (fast typing, a paste, ssh batching) must reach the queue's
+        bindings, not this box."""
         self.display = False
+        for queue in self.screen.query(QueueView):
+            focus_now(queue)
+
+    def action_accept(self) -> None:
+        with self.prevent(Input.Changed):
+            self.value = ""
+        self._close()
+
+    def action_cancel(self) -> None:
+        with self.prevent(Input.Changed):
+            self.value = ""
+        self._close()
         self.post_message(self.Cancelled())
