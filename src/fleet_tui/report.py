@@ -109,7 +109,15 @@ def _state_rank(item: tuple[str, int]) -> int:
     return _STATES.index(item[0]) if item[0] in _STATES else len(_STATES)
 
 
+#: deeper than this, a line of ``status --graph`` shows its depth instead of the tree's lines
+GRAPH_MAX_INDENT = 30
+
+
 def print_graph(tasks: list[Any]) -> int:
+    """The depends_on tree, walked without recursion (a chain may be thousands of tasks deep).
+
+    A task with several dependencies is shown under each of them; a task in a cycle (a store
+    filled before cycles were refused) is shown once, where the walk first meets it."""
     by_name = {t.name: t for t in tasks}
     children: dict[str, list[str]] = {}
     roots = []
@@ -119,18 +127,32 @@ def print_graph(tasks: list[Any]) -> int:
             roots.append(t.name)
         for d in deps:
             children.setdefault(d, []).append(t.name)
-
-    def show(name: str, prefix: str, last: bool, top: bool) -> None:
+    shown: set[str] = set()
+    # (name, prefix, last, depth, path of ancestors)
+    stack: list[tuple[str, str, bool, int, frozenset[str]]] = [
+        (r, "", True, 0, frozenset()) for r in reversed(roots)
+    ]
+    while stack:
+        name, prefix, last, depth, path = stack.pop()
         t = by_name[name]
-        reason = why(t, by_name)
+        reason = sanitize_for_display(why(t, by_name), one_line=True)
         line = f"{name} [{t.status.value}]" + (f" {reason}" if reason else "")
-        print(line if top else f"{prefix}{'└─ ' if last else '├─ '}{line}")
-        kids = children.get(name, [])
-        for i, k in enumerate(kids):
-            show(k, prefix + ("" if top else ("   " if last else "│  ")), i == len(kids) - 1, False)
-
-    for r in roots:
-        show(r, "", True, True)
+        if depth == 0:
+            print(line)
+        elif depth > GRAPH_MAX_INDENT:
+            print(f"{' ' * (3 * GRAPH_MAX_INDENT)}[depth {depth}] {line}")
+        else:
+            print(f"{prefix}{'└─ ' if last else '├─ '}{line}")
+        shown.add(name)
+        kids = [k for k in children.get(name, []) if k not in path and k != name]
+        sub = prefix + ("" if depth == 0 else ("   " if last else "│  "))
+        if depth >= GRAPH_MAX_INDENT:
+            sub = prefix
+        for i in range(len(kids) - 1, -1, -1):
+            stack.append((kids[i], sub, i == len(kids) - 1, depth + 1, path | {name}))
+    for t in tasks:  # only in a cycle: no root leads to it
+        if t.name not in shown:
+            print(f"{t.name} [{t.status.value}] (in a depends_on cycle)")
     return 0
 
 

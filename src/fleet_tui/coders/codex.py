@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import tomlkit
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer
+from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, read_user_config
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
 #: seconds Codex lets the ask_human MCP tool run (it blocks until a human answers)
@@ -480,7 +480,7 @@ class CodexCoder(BaseCoder):
         user_cfg = self.user_home() / "config.toml"
         if base_url is None and user_cfg.is_file():
             try:
-                doc = tomlkit.parse(user_cfg.read_text(encoding="utf-8"))
+                doc = tomlkit.parse(read_user_config(user_cfg))
             except Exception:  # an unreadable user config must not block the run
                 doc = tomlkit.document()
         doc.pop("mcp_servers", None)

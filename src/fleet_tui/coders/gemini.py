@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer
+from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, read_user_config
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
 __all__ = ["EXIT_CODES", "GeminiCoder", "GeminiNormalizer"]
@@ -391,7 +391,7 @@ class GeminiCoder(BaseCoder):
     def prepare(self, ctx: AttemptContext) -> None:
         user_dir = self.user_gemini_dir()
         try:
-            user_settings = json.loads((user_dir / "settings.json").read_text())
+            user_settings = json.loads(read_user_config(user_dir / "settings.json"))
         except (OSError, ValueError):
             user_settings = {}
         path = self.settings_path(ctx)
