@@ -18,8 +18,9 @@ from fleet_tui.app.format import parse_filter
 from fleet_tui.app.order import QueueModel, Row, fuzzy_score, sort_key
 from fleet_tui.app.queue import layout
 from fleet_tui.repos import repo_labels, repo_root
-from fleet_tui.scheduler.model import EngineEvent, Question
+from fleet_tui.scheduler.model import EngineEvent, Question, Snapshot
 from fleet_tui.scheduler.states import TaskStatus as S
+from fleet_tui.scheduler.view import carry_over
 
 from . import scenarios as sc
 from .helpers import type_text, wait_for
@@ -360,3 +361,17 @@ async def test_question_moves_its_task_to_the_top() -> None:
         assert group is not None and app.queue.rows[group + 1].ref == tid
         assert app.queue.selected_id == tid
         assert parse_filter("repo:api").repos == ("api",)
+
+
+def test_snapshot_hands_unchanged_tasks_over_as_the_same_objects() -> None:
+    """The engine's (and the attached view's) snapshot: the cockpit skips unchanged tasks by
+    identity, and a snapshot where nothing changed keeps the very same tuple."""
+    a, b = make_task(1, "a", S.QUEUED), make_task(2, "a", S.RUNNING)
+    old = Snapshot(taken_at=0.0, tasks=(a, b))
+    new = Snapshot(taken_at=1.0, tasks=(replace(a), replace(b, tokens=5)))
+    snap, changed = carry_over(old, new)
+    assert snap.tasks[0] is a and snap.tasks[1] is new.tasks[1] and changed == [new.tasks[1]]
+    again, none = carry_over(snap, Snapshot(taken_at=2.0, tasks=tuple(replace(t) for t in snap.tasks)))
+    assert again.tasks is snap.tasks and none == [] and again.taken_at == 2.0
+    gone, _ = carry_over(again, Snapshot(taken_at=3.0, tasks=(a,)))
+    assert gone.tasks == (a,)
