@@ -386,7 +386,7 @@ class FleetApp(App[None]):
         touched = {t.id for t in changed} | (before ^ after)
         for tid in touched:
             if tid in self.tasks:
-                self.queue.update_task(self.tasks[tid], now, tid in after)
+                self.queue.update_task(self.tasks[tid], asking=tid in after)
         if events:
             self.stream.offer(events)
         selected = self.queue.selected_id

@@ -19,6 +19,7 @@ import bisect
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from fleet_tui.app.format import TaskFilter
 from fleet_tui.repos import group_order, repo_labels, repo_root, urgency
@@ -33,9 +34,14 @@ ATTENTION_BAND = 0
 FINISHED_BAND = 4
 
 
+#: each state's band, looked up by member (``.value`` on ten thousand tasks is measurably slow)
+_BAND_OF: dict[TaskStatus, int] = {s: urgency(s.value) for s in TaskStatus}
+
+
 def band(task: Task, asking: bool = False) -> int:
     """0 needs the person, 1 running/verifying, 2 paused, 3 queued, 4 finished (``repos.urgency``)."""
-    return urgency(task.status.value, asking)
+    b = _BAND_OF.get(task.status, 3)
+    return ATTENTION_BAND if asking and b < FINISHED_BAND else b
 
 
 SortKey = tuple[object, ...]
@@ -104,9 +110,9 @@ def fuzzy_score(query: str, name: str) -> float | None:
 # ----------------------------------------------------------------------------------- the model
 
 
-@dataclass(frozen=True)
-class Row:
-    """One display row: a group header, a task, or the count of a group's folded finished tasks."""
+class Row(NamedTuple):
+    """One display row: a group header, a task, or the count of a group's folded finished tasks.
+    (A named tuple: ten thousand of them are made and hashed on each rebuild.)"""
 
     kind: str  # "group" | "task" | "folded"
     ref: str  # the group's root, or the task id
@@ -304,20 +310,22 @@ class QueueModel:
             "done".startswith(s) or "cancelled".startswith(s) for s in self.filter.states if s
         )
         self._showing_finished = show_finished
+        tasks, asking = self.tasks, self.asking
         for root in self._group_order():
             entries = self._sorted[root]
-            counts: dict[str, int] = {}
+            counts: dict[object, int] = {}
             shown: list[str] = []
             finished = 0
-            for _, tid in entries:
-                task = self.tasks[tid]
-                state = (
-                    "asking" if self.is_asking(task) and task.status not in FINISHED else task.status.value
+            for key, tid in entries:
+                task = tasks[tid]
+                b = key[0]  # every sort key starts with the band
+                state: object = (
+                    "asking" if b == ATTENTION_BAND and (task.asking or tid in asking) else task.status
                 )
                 counts[state] = counts.get(state, 0) + 1
                 if filtering and not self.matches(task):
                     continue
-                if task.status in FINISHED:
+                if b == FINISHED_BAND:
                     finished += 1
                     if not show_finished:
                         continue
@@ -328,7 +336,12 @@ class QueueModel:
             info = GroupInfo(
                 root,
                 self.label(root),
-                tuple(sorted(counts.items(), key=lambda kv: _STATE_ORDER.get(kv[0], 9))),
+                tuple(
+                    sorted(
+                        ((k.value if isinstance(k, TaskStatus) else str(k), n) for k, n in counts.items()),
+                        key=lambda kv: _STATE_ORDER.get(kv[0], 9),
+                    )
+                ),
                 len(entries),
                 len(shown) + (0 if show_finished else finished),
                 finished,

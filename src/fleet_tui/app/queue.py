@@ -240,9 +240,7 @@ class QueueView(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------------ feeding
 
-    def sync(
-        self, tasks: Iterable[Task], now: float | None = None, asking: frozenset[str] = frozenset()
-    ) -> None:
+    def sync(self, tasks: Iterable[Task], asking: frozenset[str] = frozenset()) -> None:
         """Make the model match ``tasks`` (all of them); only tasks that changed are looked at."""
         model = self.model
         if not model.tasks:  # the first paint: one sort instead of ten thousand inserts
@@ -268,7 +266,7 @@ class QueueView(ScrollView, can_focus=True):
             moved = True
         self._after_change(moved, changed)
 
-    def update_task(self, task: Task, now: float | None = None, asking: bool = False) -> None:
+    def update_task(self, task: Task, asking: bool = False) -> None:
         """Apply one task change (a live event): repaint its line, or rebuild the order if it moved."""
         if asking != (task.id in self.model.asking):
             self.model.set_asking(self.model.asking ^ {task.id})
@@ -283,13 +281,7 @@ class QueueView(ScrollView, can_focus=True):
         self.model.remove(task_id)
         self._after_change(True, [])
 
-    def set_filter(
-        self,
-        flt: TaskFilter,
-        tasks: Iterable[Task] | None = None,
-        now: float | None = None,
-        asking: frozenset[str] | None = None,
-    ) -> None:
+    def set_filter(self, flt: TaskFilter) -> None:
         """A new filter (a user action): the rows are rebuilt at once, keeping the cursor's task."""
         self.model.set_filter(flt, flt.repos)
         self._rebuild()
