@@ -312,14 +312,10 @@ class QueueView(ScrollView, can_focus=True):
             self._refresh_task(tid)
 
     def _refresh_task(self, task_id: str) -> None:
+        # (a change that alters its group's counts is a move: the rows are rebuilt and repainted)
         i = self.model.index(Row("task", task_id)) if not self.model.dirty else None
         if i is not None and self._on_screen(i):
             self.refresh_line(i + 1)
-        root = self.model.group_of(task_id)
-        if root is not None and self.model.grouped:
-            g = self.model.index(Row("group", root)) if not self.model.dirty else None
-            if g is not None and self._on_screen(g):
-                self.refresh_line(g + 1)
 
     def tick(self) -> None:
         """Once a second: repaint only the on-screen lines whose elapsed time runs."""
