@@ -274,6 +274,10 @@ def cmd_run(ctx: Ctx) -> int:
 
 
 def cmd_status(ctx: Ctx) -> int:
+    if getattr(ctx.args, "gauges", False):
+        from fleet_tui.report import print_gauges
+
+        return print_gauges(ctx.store, ctx.cfg, ctx.home, as_json=ctx.args.json)
     store = ctx.store
     tasks = store.list_tasks()
     now = time.time()
@@ -516,7 +520,27 @@ def cmd_doctor(ctx: Ctx) -> int:
         print(f"--  store: {e}")
         bad += 1
     print(f"ok  home {ctx.home}")
+    bad += _doctor_sandbox(ctx)
     return 1 if bad else 0
+
+
+def _doctor_sandbox(ctx: Ctx) -> int:
+    """The sandbox line: whether bwrap works here, and whether tasks use it by default."""
+    from fleet_tui.config import ConfigError, config_path, load_config
+    from fleet_tui.scheduler.sandbox import probe
+
+    try:
+        mode = load_config(config_path(ctx.home)).sandbox
+    except ConfigError:
+        mode = "none"
+    ok, detail = probe()
+    use = f"default sandbox = {mode}"
+    if ok:
+        hint = "" if mode == "bwrap" else " (turn it on: fleet-tui config set sandbox bwrap)"
+        print(f"ok  sandbox bwrap usable ({detail}); {use}{hint}")
+        return 0
+    print(f"--  sandbox bwrap not usable: {detail}; {use}")
+    return 1 if mode == "bwrap" else 0
 
 
 def cmd_mcp(ctx: Ctx) -> int:
@@ -592,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.add_argument("--graph", action="store_true")
     st.add_argument("--group", choices=["repo"], help="group the lines by repository, like the cockpit")
+    st.add_argument(
+        "--gauges", action="store_true", help="the gauges as text bars and sparklines (with --json: figures)"
+    )
     lg = sub.add_parser("logs", help="a task's events")
     lg.add_argument("task")
     lg.add_argument("--follow", "-f", action="store_true")

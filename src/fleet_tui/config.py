@@ -78,6 +78,7 @@ class Config:
     host_tags: tuple[str, ...] = ()
     worktree_setup: str | None = None
     keep_worktrees: bool = False
+    sandbox: Literal["none", "bwrap"] = "none"
 
 
 class ConfigError(ValueError):
@@ -167,6 +168,12 @@ KEYS: dict[str, _Key] = {
         "str", "command run in each new worktree before its agent starts", True, example='"uv sync"'
     ),
     "keep_worktrees": _Key("bool", "keep worktrees of finished tasks instead of removing clean ones"),
+    "sandbox": _Key(
+        "str",
+        "run agents, verifiers and reviewers in a sandbox: bwrap (Linux bubblewrap) or none; a task's "
+        "own sandbox key wins (see README, Sandbox)",
+        choices=("none", "bwrap"),
+    ),
 }
 
 _GROUPS: dict[str, str] = {

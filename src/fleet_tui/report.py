@@ -1,5 +1,6 @@
 """How tasks and events look on a terminal and in ``--json``: the stable keys of ``status --json``,
-one-line event rendering for ``logs``, and the depends_on tree of ``status --graph``.
+one-line event rendering for ``logs``, the depends_on tree of ``status --graph`` and the gauges
+of ``status --gauges`` (figures from ``fleet_tui.gauges``).
 
 Agent-provided text is sanitized before it reaches the terminal (it is data, never escape codes).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from fleet_tui.repos import group_order, repo_labels, repo_root, urgency
@@ -176,3 +178,25 @@ def event_line(e: Any) -> str:
     if len(body) > 400:
         body = body[:400] + "…"
     return f"{ts} a{e.attempt} {e.kind:<12} {body}"
+
+
+def print_gauges(store: Any, cfg: Any, home: Path, *, as_json: bool) -> int:
+    """``status --gauges``: the cockpit's gauges from the store (every host's pulse included);
+    with no live engine the headroom is read on this machine."""
+    import shutil
+
+    from fleet_tui import gauges
+    from fleet_tui.scheduler.headroom import read_headroom
+    from fleet_tui.scheduler.view import build_snapshot
+
+    now = time.time()
+    reading: dict[str, Any] = {}
+    if not any(now - h.heartbeat < 60 for h in store.hosts()):
+        hr = read_headroom(home)
+        reading = {"load": hr.load_per_core, "mem": hr.mem_available, "disk": hr.disk_free}
+    snap = build_snapshot(store, cfg, now, **reading)
+    if as_json:
+        print(json.dumps(gauges.as_json(snap, now), indent=1))
+    else:
+        print("\n".join(gauges.text_report(snap, now, width=shutil.get_terminal_size((100, 24)).columns)))
+    return 0

@@ -20,6 +20,7 @@ from fleet_tui.scheduler.control import cascade_failure
 from fleet_tui.scheduler.model import EngineEvent, Event, Task
 from fleet_tui.scheduler.outcome import after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult
+from fleet_tui.scheduler.sandbox_policy import verifier_wrap
 from fleet_tui.scheduler.states import PARKED, TaskStatus
 from fleet_tui.scheduler.verify import run_verifiers
 
@@ -108,8 +109,9 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         engine.publish_task(moved)
         workdir = Path(task.workdir or task.spec.cwd)
         reviewer = engine.reviewer(task)
+        wrap = verifier_wrap(engine.home, engine.cfg.sandbox, task, workdir)
         vr = await anyio.to_thread.run_sync(
-            lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer)
+            lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer, wrap=wrap)
         )
         verify_out = vr.output or None
         if vr.output:

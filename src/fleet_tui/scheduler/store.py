@@ -72,8 +72,10 @@ def spec_from_json(text: str) -> TaskSpec:
     d["verify"] = tuple(
         VerifySpec(**{**v, "contains": tuple(v.get("contains") or ())}) for v in d.get("verify") or ()
     )
-    for k in ("depends_on", "requires"):
+    for k in ("depends_on", "requires", "sandbox_rw", "sandbox_ro"):
         d[k] = tuple(d.get(k) or ())
+    if isinstance(d.get("network"), list):
+        d["network"] = tuple(d["network"])
     d["env"] = tuple(tuple(p) for p in d.get("env") or ())
     known = {f.name for f in fields(TaskSpec)}
     return TaskSpec(**{k: v for k, v in d.items() if k in known})
