@@ -375,3 +375,26 @@ def test_snapshot_hands_unchanged_tasks_over_as_the_same_objects() -> None:
     assert again.tasks is snap.tasks and none == [] and again.taken_at == 2.0
     gone, _ = carry_over(again, Snapshot(taken_at=3.0, tasks=(a,)))
     assert gone.tasks == (a,)
+
+
+async def test_page_and_edge_keys_move_by_a_screen_and_to_the_ends() -> None:
+    app = sc.make_app(big_fleet())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        queue = app.queue
+        page = queue.size.height - 1  # one line is the column header
+        start = queue.cursor_row
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert queue.cursor_row == start + page
+        assert round(queue.scroll_y) <= queue.cursor_row < round(queue.scroll_y) + page  # on screen
+        await pilot.press("pageup")
+        await pilot.pause()
+        assert queue.cursor_row == start
+        await pilot.press("end")
+        await pilot.pause()
+        assert queue.cursor_row == len(queue.rows) - 1
+        assert round(queue.scroll_y) == len(queue.rows) - page  # the last row at the bottom
+        await pilot.press("home")
+        await pilot.pause()
+        assert queue.cursor_row == 0 and round(queue.scroll_y) == 0
