@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.columns import layout
 from fleet_tui.app.format import parse_filter
 from fleet_tui.app.order import QueueModel, Row, fuzzy_score, sort_key
-from fleet_tui.app.queue import layout
 from fleet_tui.repos import repo_labels, repo_root
 from fleet_tui.scheduler.model import EngineEvent, Question, Snapshot
 from fleet_tui.scheduler.states import TaskStatus as S
