@@ -148,6 +148,19 @@ def test_queue_over_many_repositories_in_tmux(
     if size[0] >= 200:
         for name in LONG:
             assert name in screen  # whole, side by side with the other columns
+    # the filter, then Enter and j in one burst: j opens the jump box, it is not typed into the filter
+    tmux.cmd("send-keys", "-t", target, "/")
+    tmux.cmd("send-keys", "-t", target, "-l", "repo:repo-03")
+    tmux.wait_screen(target, f"Queue ({PER_REPO} of {REPOS * PER_REPO} · repo:repo-03)")
+    tmux.cmd("send-keys", "-t", target, "Enter", "j")
+    tmux.wait_screen(target, "jump to: type part of a name")
+    assert "repo-03j" not in tmux.screen(target)
+    # (Escape is sent alone: a terminal reads Escape followed by a key as alt+key)
+    tmux.cmd("send-keys", "-t", target, "Escape")
+    wait_for(lambda: "jump to:" not in tmux.screen(target), timeout=30, what="the jump box to close")
+    tmux.cmd("send-keys", "-t", target, "/")
+    tmux.cmd("send-keys", "-t", target, "Escape")  # the filter cleared
+    tmux.wait_screen(target, f"Queue ({REPOS * PER_REPO})")
     # jump: part of a name, fuzzy; the stream follows the task the cursor lands on
     tmux.cmd("send-keys", "-t", target, "j")
     tmux.cmd("send-keys", "-t", target, "-l", "r11task14")

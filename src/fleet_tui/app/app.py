@@ -75,6 +75,9 @@ class FleetApp(App[None]):
         # after Enter/Escape (one burst over ssh) reaches the queue and not the closing box
         Binding("enter", "jump_close(1)", "stay there", show=False, priority=True),
         Binding("escape", "jump_close(0)", "go back", show=False, priority=True),
+        # the same for the filter box (Enter keeps the filter, Escape clears it)
+        Binding("enter", "filter_close(1)", "keep the filter", show=False, priority=True),
+        Binding("escape", "filter_close(0)", "clear the filter", show=False, priority=True),
         Binding("exclamation_mark", "next_attention", "next !", key_display="!"),
         Binding("o", "cycle_sort", "sort"),
         Binding("f", "toggle_finished", "finished"),
@@ -208,6 +211,8 @@ class FleetApp(App[None]):
         # the priority keys are plain characters while someone types in a text field
         if action == "jump_close":
             return self.focused is self.jump_input
+        if action == "filter_close":
+            return self.focused is self.filter_input
         return not (
             action in ("filter", "answer", "jump", "new_task") and isinstance(self.focused, Input | TextArea)
         )
@@ -614,7 +619,9 @@ class FleetApp(App[None]):
         """(key, action, description) of every cockpit binding, for the help and the palette."""
         rows = []
         for b in self.BINDINGS:
-            if isinstance(b, Binding) and not b.action.startswith("jump_close"):  # in OTHER_KEYS
+            if isinstance(b, Binding) and not b.action.startswith(
+                ("jump_close", "filter_close")
+            ):  # OTHER_KEYS
                 rows.append((b.key_display or b.key, b.action, self.ACTION_HELP.get(b.action, b.description)))
         return rows
 
@@ -670,6 +677,14 @@ class FleetApp(App[None]):
         if self._jump_matches:
             self._jump_at = (self._jump_at + event.step) % len(self._jump_matches)
             self.queue.select_id(self._jump_matches[self._jump_at])
+
+    def action_filter_close(self, keep: int) -> None:
+        if keep:
+            self.filter_input.display = bool(self.filter_input.value.strip())
+            focus_now(self.queue)
+        else:
+            self.filter_input.action_clear_filter()
+            focus_now(self.queue)
 
     def action_jump_close(self, stay: int) -> None:
         if stay:

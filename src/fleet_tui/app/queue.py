@@ -254,7 +254,10 @@ class QueueView(ScrollView, can_focus=True):
                     i = self.model.index(row)
                     if i is not None:
                         return i
-        return min(self.cursor, max(len(self._rows) - 1, 0))
+        index = min(self.cursor, max(len(self._rows) - 1, 0))
+        # the same position, on a task if one follows closely (not on a group header)
+        near = next((i for i in range(index, min(index + 3, len(self._rows))) if self._rows[i].is_task), None)
+        return index if near is None else near
 
     def _set_virtual_size(self) -> None:
         width = self.scrollable_content_region.width or self.size.width
