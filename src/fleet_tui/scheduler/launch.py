@@ -98,6 +98,19 @@ def _exclude_patterns(repo: Path, home: Path) -> list[str]:
     return patterns
 
 
+def _repo_holding_home(cwd: Path, home: Path) -> Path | None:
+    """The git checkout around ``cwd`` when the fleet home lies inside it (else None); found by
+    looking for ``.git`` upwards, without starting git (this runs for every in-place attempt)."""
+    try:
+        here, home_r = cwd.resolve(), Path(home).resolve()
+    except OSError:
+        return None
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d if home_r == d or d in home_r.parents else None
+    return None
+
+
 def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     """Where the attempt runs: the task's cwd (no ``git_ref``), else its worktree, made ready.
 
@@ -110,6 +123,14 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     if not cwd.is_dir():
         raise LaunchError(f"cwd {cwd} does not exist (fix the task's cwd, then retry)")
     if not task.spec.git_ref:
+        repo = _repo_holding_home(cwd, engine.home)
+        if repo is not None:
+            raise LaunchError(
+                f"the fleet home {engine.home} is inside the git repository {repo} that this task "
+                "works in in place: its git commands (git clean -fdx, git stash -u, ...) could delete "
+                "the queue. Move the home out of the repository (--home or FLEET_HOME), or give the "
+                "task a git_ref so it runs in a worktree of its own"
+            )
         return cwd, None
     info = load_worktree(engine.home, task.id)
     marker = task_dir(engine.home, task.id) / "setup.ok"
@@ -129,7 +150,7 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
         marker.unlink(missing_ok=True)  # a new checkout: its setup has not run yet
     setup = task.spec.setup or engine.cfg.worktree_setup
     if setup and not marker.exists():
-        res = wt.run_setup(info, setup, timeout_s=600)
+        res = wt.run_setup(info, setup, timeout_s=600, home=engine.home)
         if not res.ok:
             raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
         marker.write_text(str(info.path))
@@ -212,6 +233,10 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     )
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
+    if branch is not None:  # other engines on this home (other stores) must leave it alone
+        from fleet_tui.scheduler import wtmark
+
+        wtmark.mark(engine.home, workdir.name, getattr(store, "url", ""), task.id, adir)
     (adir / "prompt.txt").write_text(prompt)
     store_url = getattr(store, "url", "")
     mcp_env = {
@@ -350,6 +375,10 @@ async def adopt(engine: Engine, t: Task) -> None:
             engine.publish_task(new)
             engine._launch_runner(new, launch, adopted=True)
             return
+        # a dead shim without an exit record: its agent may still run (ppid 1); it dies first
+        from fleet_tui.scheduler.owned import reap_attempt
+
+        await anyio.to_thread.run_sync(reap_attempt, adir)
         t = new
     elif not same_host or att is None or info is None:
         # a remote (or never-started) attempt: reclaim only once its lease expired

@@ -89,6 +89,7 @@ class TaskSpec:
     network: tuple[str, ...] | None = None  # sandboxed: None host network, () none, hosts allowlist
     sandbox_rw: tuple[str, ...] = ()  # extra writable paths in the sandbox (absolute)
     sandbox_ro: tuple[str, ...] = ()  # extra readable paths in the sandbox (absolute)
+    notify_done: bool = False  # send a notification when this task is done (notify/)
 
 
 @dataclass(frozen=True)

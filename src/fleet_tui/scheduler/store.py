@@ -34,6 +34,7 @@ from fleet_tui.scheduler.model import (
     Usage,
     VerifySpec,
 )
+from fleet_tui.scheduler.notify_store import NotifyStats
 from fleet_tui.scheduler.states import TaskStatus
 
 
@@ -336,6 +337,15 @@ class Store(Protocol):
     def maintenance(self) -> None:
         """Periodic housekeeping (SQLite: WAL checkpoint)."""
         ...
+
+    # notifications (notify_store.py): claimed once per event key across engines
+    def claim_notification(
+        self, key: str, kind: str, task_id: str | None, title: str, body: str, owner: str, now: float
+    ) -> bool: ...
+
+    def finish_notification(self, key: str, status: str, detail: str | None, now: float) -> None: ...
+
+    def notification_stats(self) -> NotifyStats: ...
 
     def close(self) -> None: ...
 
