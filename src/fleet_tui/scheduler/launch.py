@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_code
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.mcp_ask_human import server_launch
 from fleet_tui.scheduler.model import Attempt, Task
 from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.runner import read_json, spawn_shim
@@ -206,14 +206,9 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
     (adir / "prompt.txt").write_text(prompt)
-    store_url = getattr(store, "url", "")
-    mcp_env = {
-        "FLEET_HOME": str(engine.home),
-        "FLEET_STORE": store_url,
-        "FLEET_TASK_ID": task.id,
-        "FLEET_ATTEMPT": str(task.attempt),
-        "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60),
-    }
+    mcp_command, mcp_env = server_launch(
+        store, engine.home, task.id, task.attempt, engine.cfg.question_timeout_min * 60, adir
+    )
     ctx = AttemptContext(
         task=task,
         attempt=task.attempt,
@@ -222,8 +217,9 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         attempt_dir=adir,
         home=engine.home,
         model=task.model,
-        mcp_command=(sys.executable, "-m", "fleet_tui", "mcp-ask-human"),
+        mcp_command=mcp_command,
         mcp_env=mcp_env,
+        user_mcp=engine.cfg.mcp == "inherit",
     )
     try:
         coder.prepare(ctx)
