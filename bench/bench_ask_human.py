@@ -47,7 +47,8 @@ def pct(xs: list[float], p: float) -> float:
 
 def time_to_initialize(argv: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(INIT)
     proc.stdin.flush()

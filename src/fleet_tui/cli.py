@@ -350,6 +350,14 @@ def cmd_questions(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.attempt_guard import inside_attempt
+
+    why_inside = inside_attempt()
+    if why_inside is not None:  # an agent must not answer its own or another agent's question
+        raise UserError(
+            f"answer refused: {why_inside}; only a person answers questions "
+            "(from a shell of their own or the cockpit's inbox)"
+        )
     res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
     if not res.ok:
         raise UserError(res.message)
@@ -362,16 +370,37 @@ def cmd_config(ctx: Ctx) -> int:
 
     try:
         if ctx.args.action == "get":
-            print(get_value(ctx.config_path, ctx.args.key))
+            print(_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key)))
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
             ctx.home.mkdir(parents=True, exist_ok=True)
             set_value(ctx.config_path, ctx.args.key, ctx.args.value)
-            print(f"{ctx.args.key} = {get_value(ctx.config_path, ctx.args.key)}")
+            print(f"{ctx.args.key} = {_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key))}")
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0
+
+
+def _redact(key: str, shown: str) -> str:
+    """A config value as printed: a store URL's password is never echoed (it shows as ***)."""
+    if key != "store":
+        return shown
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    quoted = shown.startswith('"') and shown.endswith('"')
+    url = shown[1:-1] if quoted else shown
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _, hostport = netloc.rpartition("@")
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
+        query = [(k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(parts.query, True)]
+        url = urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), parts.fragment))
+    except ValueError:
+        return "<a store URL that cannot be parsed; not shown>"
+    return f'"{url}"' if quoted else url
 
 
 def cmd_plan(ctx: Ctx) -> int:
@@ -421,6 +450,7 @@ def cmd_doctor(ctx: Ctx) -> int:
     from fleet_tui.coders.base import coder_names, get_coder
 
     bad = 0
+    user_mcp = ctx.cfg.mcp == "inherit"
     for name in coder_names():
         try:
             c = get_coder(name)
@@ -430,6 +460,18 @@ def cmd_doctor(ctx: Ctx) -> int:
             ok, detail, ver = False, str(e), None
         mark = "ok " if ok else "-- "
         print(f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}".rstrip())
+        if not ok or not getattr(c, "program", None):
+            continue
+        try:
+            setup = c.setup(user_mcp)
+        except Exception as e:  # a user config we cannot read must not hide the other coders
+            print(f"      could not read its user config: {e}")
+            continue
+        print(f"      config: {', '.join(setup.config_files) or 'no user config file found'}")
+        print(f"      model: {ctx.cfg.default_model or setup.model or '?'}")
+        print(f"      MCP servers: {', '.join(setup.mcp_servers)}")
+        for note in setup.notes:
+            print(f"      {note}")
     try:
         st = ctx.store
         print(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)")

@@ -225,7 +225,9 @@ def serve_openai_responses(
 def tool_search_outputs(req: Request) -> list[dict[str, Any]]:
     """The ``tool_search_output`` items a request sent (what Codex's tool search found)."""
     body = req.body if isinstance(req.body, dict) else {}
-    return [i for i in body.get("input") or [] if isinstance(i, dict) and i.get("type") == "tool_search_output"]
+    return [
+        i for i in body.get("input") or [] if isinstance(i, dict) and i.get("type") == "tool_search_output"
+    ]
 
 
 def offers_tool_search(req: Request) -> bool:

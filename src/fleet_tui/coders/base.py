@@ -94,6 +94,10 @@ class Coder(Protocol):
 
     def version(self) -> str | None: ...
 
+    def setup(self, user_mcp: bool = True) -> Setup:
+        """The user's configuration the agent will run with (config files, MCP servers, model)."""
+        ...
+
 
 _DECODER = json.JSONDecoder()
 

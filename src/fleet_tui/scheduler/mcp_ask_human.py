@@ -62,6 +62,7 @@ DEFAULT_TIMEOUT_S = 3600.0
 
 REQUIRED_ENV = ("FLEET_TASK_ID", "FLEET_ATTEMPT")
 
+
 def no_answer_text(timeout_s: float) -> str:
     """The tool result when nobody answered within ``timeout_s``."""
     return (

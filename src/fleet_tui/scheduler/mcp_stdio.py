@@ -188,19 +188,20 @@ class Relay:
     def handle(self, line: bytes) -> None:
         """One line from the client."""
         try:
-            msg = json.loads(line)
+            parsed = json.loads(line)
         except ValueError:
-            msg = None
-        method = msg.get("method") if isinstance(msg, dict) else None
-        has_id = isinstance(msg, dict) and "id" in msg
-        if self.child is None and method == "initialize" and has_id and isinstance(msg, dict):
-            assert isinstance(msg, dict)
-            params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+            parsed = None
+        msg: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+        method = msg.get("method")
+        has_id = "id" in msg
+        if self.child is None and method == "initialize" and has_id:
+            params = msg.get("params")
+            requested = params.get("protocolVersion") if isinstance(params, dict) else None
             self._init_id = msg["id"]
-            self.reply(msg["id"], initialize_result(params.get("protocolVersion")))
+            self.reply(msg["id"], initialize_result(requested))
             self.start_child(line)
             return
-        if has_id and isinstance(msg, dict) and self.child is not None and not self.is_ready():
+        if has_id and self.child is not None and not self.is_ready():
             if method == "tools/list":
                 self.reply(msg["id"], tools_list_result())
                 return
