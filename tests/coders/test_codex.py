@@ -514,6 +514,20 @@ def test_prepare_without_a_user_config(tmp_path: Path, user_codex_home: Path) ->
     assert not (home / "auth.json").exists()
 
 
+def test_a_prompt_over_codexs_input_limit_goes_into_a_file(tmp_path: Path, user_codex_home: Path) -> None:
+    from fleet_tui.coders.codex import MAX_INPUT_CHARS
+
+    coder = CodexCoder()
+    big = "x" * (MAX_INPUT_CHARS + 10)
+    ctx = AttemptContext(**{**make_ctx(tmp_path).__dict__, "prompt": big})
+    coder.prepare(ctx)
+    note = (coder.stdin(ctx) or b"").decode()
+    assert len(note) < 1000 and str(coder.prompt_file(ctx)) in note
+    assert coder.prompt_file(ctx).read_text() == big
+    assert coder.prompt_file(ctx).stat().st_mode & 0o777 == 0o600
+    assert big not in coder.argv(ctx)
+
+
 def test_registered_and_named() -> None:
     coder = get_coder("codex")
     assert isinstance(coder, CodexCoder)

@@ -23,8 +23,26 @@ from typing import Any
 import pytest
 from tests.fakeapi import HttpError, Request, Text, ToolCall, Turn, require_program
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
-from tests.fakeapi.gemini import function_responses, serve_gemini
-from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
+from tests.fakeapi.gemini import function_responses, gemini_tool_names, serve_gemini
+from tests.fakeapi.openai_responses import (
+    function_outputs,
+    offers_tool_search,
+    serve_openai_responses,
+    tool_search_outputs,
+)
+from tests.fakeapi.user_mcp import FACT
+from tests.fakeapi.user_setups import (
+    CLAUDE_MODEL,
+    CODEX_MODEL,
+    GEMINI_MODEL,
+    OPENCODE_MODEL,
+    SCRUB,
+    claude_user,
+    codex_user,
+    gemini_user,
+    opencode_user,
+    tree,
+)
 
 from fleet_tui.scheduler.store import open_store
 from helpers import by_name, fleet, fleet_bg, fleet_env, wait_for
@@ -296,7 +314,13 @@ def answer_the_question(fl: Fleet, name: str, text: str, run: subprocess.Popen[b
             raise AssertionError(f"the engine exited before the question came:\n{fl.run_log()}")
         return [q for q in fl.questions() if q["task"] == name]
 
-    (q,) = wait_for(pending, 60, interval=0.3, what=f"{name}'s question")
+    try:
+        (q,) = wait_for(pending, 60, interval=0.3, what=f"{name}'s question")
+    except AssertionError as e:
+        events = [
+            f"{ev['kind']}: {str(ev.get('text') or ev.get('tool') or '')[:200]}" for ev in fl.logs_json(name)
+        ]
+        raise AssertionError(f"{e}\nevents: {events[-15:]}\nstderr: {fl.stderr_of(name)}") from e
     assert q["text"] == text and q["status"] == "pending" and q["attempt"] == 1, q
     assert fl.task(name)["asking"] is True
     fl("answer", q["id"], ASK_ANSWER)
@@ -468,3 +492,150 @@ def test_gemini_write_file_then_done(gemini_program: str, fl: Fleet) -> None:
     assert_tool_flow(fl.logs_json("hello"), "write_file")
     (sent,) = function_responses(calls[1])
     assert sent["name"] == "write_file"
+
+
+# -- Real users' setups (issue 13) ----------------------------------------------------------------
+#
+# Each CLI configured in a scratch HOME as its users configure it (tests/fakeapi/user_setups.py):
+# a custom provider/base URL and a default model in the CLI's own config, and one MCP server of
+# the user's own. One run through fleet-tui per CLI shows all of issue 13 at once: the task is
+# done, the fake API saw the user's default model, the prompt (1 MB) reached it whole, the model
+# called ask_human in its very first turn and got the person's answer, it called the user's own
+# MCP tool and that really ran, and nothing under the user's HOME changed.
+
+QUESTION = "Which database?"
+#: the usage the fake reports per call: the 1 MB prompt estimated at 4 characters a token would
+#: fill the context window and make the engine hand the task to a fresh session
+TOKENS = 5000
+BIG_PROMPT = (
+    "Ask the person which database to use, then look up a fact, then stop. MARK-START\n"
+    + "".join(f"context line {i:06d}: nothing to do here, keep going.\n" for i in range(18870))
+    + "MARK-END"
+)
+
+
+@dataclass
+class UserRun:
+    fl: Fleet
+    requests: list[Request]
+    facts_log: Path
+    before: dict[str, Any]
+
+    def bodies(self) -> list[str]:
+        return [json.dumps(r.body) for r in self.requests]
+
+
+def run_user_setup(fl: Fleet, coder: str, serve: Any, script: Steps, configure: Any) -> UserRun:
+    """Configure the user's HOME for ``coder`` (``configure(home, url, log) -> env``), load a
+    task with the 1 MB prompt, run fleet-tui, answer the question with `fleet-tui answer`."""
+    assert len(BIG_PROMPT.encode()) >= 1_000_000
+    facts_log = fl.logs / "facts.jsonl"
+    tasks = fl.work.parent / "tasks.toml"
+    tasks.write_text(f"[[task]]\nname = \"real\"\ncoder = \"{coder}\"\ncwd = \"{fl.work}\"\n"
+                     f"prompt = '''{BIG_PROMPT}'''\n")  # fmt: skip
+    with serve(script) as (url, rec):
+        for var in SCRUB:
+            fl.env.pop(var, None)
+        fl.env.update(configure(fl.user_home, url, facts_log))
+        before = tree(fl.user_home)
+        fl("load", str(tasks))
+        run = fl.run_bg()
+        try:
+            answer_the_question(fl, "real", QUESTION, run)
+            assert run.wait(timeout=RUN_TIMEOUT_S) == 0, fl.run_log()
+        finally:
+            stop(run)
+        requests = rec.model_requests()
+    return UserRun(fl, requests, facts_log, before)
+
+
+def assert_user_run(ur: UserRun, model_seen: str, cli_own: tuple[str, ...] = ()) -> None:
+    fl = ur.fl
+    t = assert_done(fl, "real")
+    assert fl.questions() == []
+    first = ur.bodies()[0]
+    assert "MARK-START" in first and "MARK-END" in first and len(first) > 1_000_000  # the prompt, whole
+    assert model_seen in (ur.requests[0].path + first), (ur.requests[0].path, first[:300])
+    assert any(ASK_ANSWER in b for b in ur.bodies()[1:]), "the person's answer never reached the model"
+    calls = [json.loads(x) for x in ur.facts_log.read_text().splitlines()]
+    assert [c["arguments"] for c in calls] == [{"topic": "life"}], calls  # the user's own tool ran
+    assert any(FACT in b for b in ur.bodies()), "the user's tool result never reached the model"
+    after = tree(fl.user_home)
+    changed = sorted(k for k in set(after) | set(ur.before) if after.get(k) != ur.before.get(k))
+    changed = [k for k in changed if not any(k == p or k.startswith(p + "/") for p in cli_own)]
+    assert changed == [], changed  # nothing under the user's HOME changed
+    assert t["result_text"] == "Asked and looked it up."
+
+
+def test_claude_with_a_users_setup(claude_program: str, fl: Fleet) -> None:
+    script: Steps = [
+        ToolCall("mcp__ask_human__ask_human", {"question": QUESTION}, input_tokens=TOKENS),
+        ToolCall("mcp__facts__lookup_fact", {"topic": "life"}, input_tokens=TOKENS),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(fl, "claude", serve_anthropic, script, claude_user)
+    # Claude Code logs its MCP servers' stderr under ~/.cache/claude-cli-nodejs (its own cache)
+    assert_user_run(ur, f'"model": "{CLAUDE_MODEL}', (".cache/claude-cli-nodejs",))
+
+
+def test_codex_with_a_users_setup(codex_program: str, fl: Fleet) -> None:
+    """gpt-5.5 defers MCP tools: the model searches with tool_search in its very first turn."""
+
+    def ask(req: Request) -> ToolCall | Text:
+        found = json.dumps(tool_search_outputs(req))
+        if '"mcp__ask_human"' not in found:
+            return Text(f"tool_search did not find ask_human: {found[:300]}")
+        return ToolCall("ask_human", {"question": QUESTION}, namespace="mcp__ask_human", input_tokens=TOKENS)
+
+    def search(req: Request) -> ToolCall | Text:
+        if not offers_tool_search(req):
+            return Text("no tool_search offered")
+        return ToolCall("tool_search", {"query": "ask a human person question"}, input_tokens=TOKENS)
+
+    script: Steps = [
+        search,
+        ask,
+        ToolCall("tool_search", {"query": "lookup fact topic"}, input_tokens=TOKENS),
+        ToolCall("lookup_fact", {"topic": "life"}, namespace="mcp__facts", input_tokens=TOKENS),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(fl, "codex", serve_openai_responses, script, codex_user)
+    assert_user_run(ur, f'"model": "{CODEX_MODEL}')
+
+
+def test_opencode_with_a_users_setup(opencode_program: str, fl: Fleet) -> None:
+    script: Steps = [
+        ToolCall("ask_human_ask_human", {"question": QUESTION}, input_tokens=TOKENS),
+        ToolCall("facts_lookup_fact", {"topic": "life"}, input_tokens=TOKENS),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(
+        fl, "opencode", serve_anthropic, script, lambda h, u, log: opencode_user(h, u + "/v1", log)
+    )
+    assert "ask_human_ask_human" in ur.requests[0].tool_names()  # offered from the first turn
+    # OpenCode itself, on its first run for this HOME (as when its user runs it), drops a
+    # .gitignore into its global config dir and fills npm's cache while it sets up its plugin SDK:
+    # new files of the CLI's own, nothing of the user's changed
+    own = (".npm", ".config/opencode/.gitignore")
+    assert_user_run(ur, f'"model": "{OPENCODE_MODEL.split("/")[1]}', own)
+
+
+def test_gemini_with_a_users_setup(gemini_program: str, fl: Fleet) -> None:
+    def named(part: str, args: dict[str, Any]) -> Any:
+        def turn(req: Request) -> ToolCall | Text:
+            names = [n for n in gemini_tool_names(req) if part in n]
+            return (
+                ToolCall(names[0], args, input_tokens=TOKENS)
+                if names
+                else Text(f"no {part} tool: {gemini_tool_names(req)}")
+            )
+
+        return turn
+
+    script: Steps = [
+        named("ask_human", {"question": QUESTION}),
+        named("lookup_fact", {"topic": "life"}),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(fl, "gemini", serve_gemini, script, gemini_user)
+    assert_user_run(ur, f"/models/{GEMINI_MODEL}:")

@@ -39,6 +39,8 @@ from fleet_tui.coders.base import (
 )
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
+#: the longest input Codex accepts (0.171: "Input exceeds the maximum length of 1048576 characters")
+MAX_INPUT_CHARS = 1 << 20
 #: seconds Codex lets the ask_human MCP tool run (it blocks until a human answers)
 MCP_TOOL_TIMEOUT_SEC = 7 * 24 * 3600
 #: what of the user's CODEX_HOME a run links into its own (read by Codex, never written)
@@ -475,8 +477,19 @@ class CodexCoder(BaseCoder):
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {"CODEX_HOME": str(self.codex_home(ctx))}
 
+    @staticmethod
+    def prompt_file(ctx: AttemptContext) -> Path:
+        return ctx.attempt_dir / "codex_prompt.md"
+
     def stdin(self, ctx: AttemptContext) -> bytes | None:
-        return ctx.prompt.encode("utf-8")
+        if len(ctx.prompt) <= MAX_INPUT_CHARS:
+            return ctx.prompt.encode("utf-8")
+        # Codex refuses a longer input ("input_too_large"): the prompt goes whole into a file
+        return (
+            f"Your task's instructions are {len(ctx.prompt)} characters long, more than Codex accepts "
+            f"as input, so they are in the file {self.prompt_file(ctx)}. Read that whole file first "
+            "(in parts if needed), then do exactly what it says.\n"
+        ).encode()
 
     @staticmethod
     def user_home() -> Path:
@@ -525,6 +538,8 @@ class CodexCoder(BaseCoder):
     def prepare(self, ctx: AttemptContext) -> None:
         home = self.codex_home(ctx)
         home.mkdir(parents=True, exist_ok=True)
+        if len(ctx.prompt) > MAX_INPUT_CHARS:
+            write_private(self.prompt_file(ctx), ctx.prompt)
         write_private(home / "config.toml", tomlkit.dumps(self.config(ctx)))
         user = self.user_home()
         auth = read_text(user / "auth.json")
