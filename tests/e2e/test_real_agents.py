@@ -339,16 +339,11 @@ def stop(run: subprocess.Popen[bytes]) -> None:
 # -- Codex --------------------------------------------------------------------------------------
 
 
-def codex_env(fl: Fleet, url: str, **extra: str) -> None:
-    """FLEET_CODEX_* make CodexCoder write a `fleet` model provider into the run's CODEX_HOME."""
-    fl.env.update(
-        FLEET_CODEX_BASE_URL=url,
-        FLEET_CODEX_API_KEY="sk-fake",
-        OPENAI_API_KEY="",
-        CODEX_API_KEY="",
-        OPENAI_BASE_URL="",
-        **extra,
-    )
+def codex_env(fl: Fleet, url: str, retries: int | None = None) -> None:
+    """The user's ~/.codex/config.toml names a custom provider at ``url`` (as Codex users do)."""
+    for var in SCRUB:
+        fl.env.pop(var, None)
+    fl.env.update(codex_user(fl.user_home, url, retries=retries))
 
 
 def shell_call(req: Request) -> ToolCall:
@@ -391,13 +386,13 @@ def test_codex_429_then_success(codex_program: str, fl: Fleet) -> None:
 
 @pytest.fixture(scope="module")
 def codex_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
-    """One run against a 429 that never ends; FLEET_CODEX_MAX_RETRIES=1 sets the provider's
-    request_max_retries and stream_max_retries in the run's CODEX_HOME."""
+    """One run against a 429 that never ends; the user's provider sets request_max_retries and
+    stream_max_retries to 1."""
     require_program("codex")
     fl = Fleet(tmp_path_factory.mktemp("codex-limited"))
     script: Steps = [(HttpError(429, "per-minute rate limit (fake)", retry_after=1), None)]
     with serve_openai_responses(script) as (url, rec):
-        codex_env(fl, url, FLEET_CODEX_MAX_RETRIES="1")
+        codex_env(fl, url, retries=1)
         fl.add("codex", "limited", "Say something", "--model", "fake-model")
         out = fl.run_until_idle()
         calls = len(rec.model_requests())
@@ -454,12 +449,9 @@ def test_opencode_write_tool_then_done(opencode_program: str, fl: Fleet) -> None
         Text("Created hello.txt."),
     ]
     with serve_anthropic(script) as (url, rec):
-        fl.env.update(
-            ANTHROPIC_API_KEY="sk-ant-fake",
-            FLEET_OPENCODE_ANTHROPIC_BASE_URL=url + "/v1",
-            OPENCODE_DISABLE_MODELS_FETCH="1",  # the models.dev snapshot bundled in the binary
-            XDG_DATA_HOME=str(fl.user_home / ".local" / "share"),
-        )
+        for var in SCRUB:
+            fl.env.pop(var, None)
+        fl.env.update(opencode_user(fl.user_home, url + "/v1"))  # the provider's baseURL, as users set it
         fl.add("opencode", "hello", "Create hello.txt", "--model", "anthropic/claude-sonnet-4-5")
         fl.run_until_idle()
         calls = rec.model_requests()
