@@ -367,6 +367,7 @@ def cmd_answer(ctx: Ctx) -> int:
 
 def cmd_config(ctx: Ctx) -> int:
     from fleet_tui.config import ConfigError, get_value, set_value
+    from fleet_tui.redact import redact_config_value as _redact
 
     try:
         if ctx.args.action == "get":
@@ -380,27 +381,6 @@ def cmd_config(ctx: Ctx) -> int:
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0
-
-
-def _redact(key: str, shown: str) -> str:
-    """A config value as printed: a store URL's password is never echoed (it shows as ***)."""
-    if key != "store":
-        return shown
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    quoted = shown.startswith('"') and shown.endswith('"')
-    url = shown[1:-1] if quoted else shown
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            userinfo, _, hostport = netloc.rpartition("@")
-            netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
-        query = [(k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(parts.query, True)]
-        url = urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), parts.fragment))
-    except ValueError:
-        return "<a store URL that cannot be parsed; not shown>"
-    return f'"{url}"' if quoted else url
 
 
 def cmd_plan(ctx: Ctx) -> int:
@@ -447,7 +427,7 @@ def cmd_hosts(ctx: Ctx) -> int:
 
 
 def cmd_doctor(ctx: Ctx) -> int:
-    from fleet_tui.coders.base import coder_names, get_coder
+    from fleet_tui.coders.base import coder_names, get_coder, setup_lines
 
     bad = 0
     user_mcp = ctx.cfg.mcp == "inherit"
@@ -460,18 +440,9 @@ def cmd_doctor(ctx: Ctx) -> int:
             ok, detail, ver = False, str(e), None
         mark = "ok " if ok else "-- "
         print(f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}".rstrip())
-        if not ok or not getattr(c, "program", None):
-            continue
-        try:
-            setup = c.setup(user_mcp)
-        except Exception as e:  # a user config we cannot read must not hide the other coders
-            print(f"      could not read its user config: {e}")
-            continue
-        print(f"      config: {', '.join(setup.config_files) or 'no user config file found'}")
-        print(f"      model: {ctx.cfg.default_model or setup.model or '?'}")
-        print(f"      MCP servers: {', '.join(setup.mcp_servers)}")
-        for note in setup.notes:
-            print(f"      {note}")
+        if ok and getattr(c, "program", None):  # what the agent will run with: the user's setup
+            for line in setup_lines(c, user_mcp, ctx.cfg.default_model):
+                print(f"      {line}")
     try:
         st = ctx.store
         print(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)")

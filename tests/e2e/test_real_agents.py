@@ -631,3 +631,31 @@ def test_gemini_with_a_users_setup(gemini_program: str, fl: Fleet) -> None:
     ]
     ur = run_user_setup(fl, "gemini", serve_gemini, script, gemini_user)
     assert_user_run(ur, f"/models/{GEMINI_MODEL}:")
+
+
+def test_doctor_shows_each_coders_user_setup(fl: Fleet) -> None:
+    """`fleet-tui doctor`, per coder: program and version, the user's config files it found, the
+    model it will use, and the MCP servers the agent will see (the user's own + ask_human)."""
+    for program in ("claude", "codex", "opencode", "gemini"):
+        require_program(program)
+    for var in SCRUB:
+        fl.env.pop(var, None)
+    log = fl.logs / "facts.jsonl"
+    for configure in (claude_user, codex_user, opencode_user, gemini_user):
+        fl.env.update(configure(fl.user_home, "http://127.0.0.1:9", log))
+    out = fl("doctor").stdout
+    blocks = {b.split()[0]: b for b in ("\n" + out).split("\nok  coder ")[1:]}
+    h = fl.user_home
+    expect = {
+        "claude": (CLAUDE_MODEL, f"{h}/.claude.json, {h}/.claude/settings.json"),
+        "codex": (f"{CODEX_MODEL} (provider proxy)", f"{h}/.codex/config.toml"),
+        "opencode": (OPENCODE_MODEL, f"{h}/.config/opencode/opencode.json"),
+        "gemini": (GEMINI_MODEL, f"{h}/.gemini/settings.json"),
+    }
+    for name, (model, files) in expect.items():
+        block = blocks[name]
+        assert "usable" in block and f"config: {files}" in block, block
+        assert f"model: {model}" in block and "MCP servers: facts, ask_human" in block, block
+    fl("config", "set", "mcp", "fleet-only")
+    out = fl("doctor").stdout
+    assert out.count("MCP servers: ask_human\n") == 4, out

@@ -235,6 +235,20 @@ class Setup:
     notes: tuple[str, ...] = ()
 
 
+def setup_lines(coder: Coder, user_mcp: bool, default_model: str | None) -> list[str]:
+    """What ``fleet-tui doctor`` prints of a coder's user setup (config files, model, MCP servers)."""
+    try:
+        setup = coder.setup(user_mcp)
+    except Exception as e:  # a user config we cannot read must not hide the other coders
+        return [f"could not read its user config: {e}"]
+    return [
+        f"config: {', '.join(setup.config_files) or 'no user config file found'}",
+        f"model: {default_model or setup.model or '?'}" + (" (fleet default_model)" if default_model else ""),
+        f"MCP servers: {', '.join(setup.mcp_servers)}",
+        *setup.notes,
+    ]
+
+
 class CoderNotFound(LookupError):
     pass
 
