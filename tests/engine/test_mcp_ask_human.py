@@ -643,3 +643,12 @@ def test_config_never_echoes_the_store_password(tmp_path: Path) -> None:
         assert o.returncode == 0, o.stderr
         assert "hunter" not in o.stdout + o.stderr
         assert "fleet:***@db.example:5432/fleet" in o.stdout and "sslmode=require" in o.stdout
+
+
+def test_lean_json_matches_the_json_package() -> None:
+    value = {"a": [1, -2.5, True, False, None, 'é\n"\\\u2028'], "b": {"c": "x"}, "id": 12345678901234567890}
+    assert json.loads(mcp_stdio.dumps(value)) == value
+    line = json.dumps(value).encode()
+    assert mcp_stdio.loads(line) == value
+    assert mcp_stdio.loads(b"not json") is None and mcp_stdio.loads(b'{"a": 1} trailing') is None
+    assert mcp_stdio.loads(b"\xff\xfe") is None

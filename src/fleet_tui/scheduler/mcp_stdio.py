@@ -18,15 +18,14 @@ store, so a question survives an engine restart.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not typing's: importing typing alone costs milliseconds at start-up
 if TYPE_CHECKING:  # subprocess and threading are imported after the handshake reply
     import subprocess
     import threading
-    from typing import IO
+    from typing import IO, Any
 
 SERVER_NAME = "ask_human"
 TOOL_NAME = "ask_human"
@@ -105,8 +104,68 @@ def tools_list_result() -> dict[str, Any]:
     return {"tools": [TOOL]}
 
 
+# JSON without the json package: importing it pulls in re, enum and functools (tens of
+# milliseconds on a busy machine, most of this entry point's start-up). CPython's C accelerator
+# _json scans and escapes; json is imported only if _json is missing.
+
+
+class _ScanContext:
+    """What _json.make_scanner reads from a JSONDecoder."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float
+    memo: dict[str, str] = {}
+
+
+try:
+    import _json
+
+    _scan = _json.make_scanner(_ScanContext())  # type: ignore[arg-type]
+    _escape = _json.encode_basestring_ascii
+except (ImportError, AttributeError):  # another Python: the json package does the same
+    import json
+
+    _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+    _escape = json.encoder.encode_basestring_ascii
+
+
+def loads(line: bytes) -> Any:
+    """The JSON value of one line, or None when it is not exactly one JSON value."""
+    try:
+        text = line.decode("utf-8").strip()
+        value, end = _scan(text, 0)
+    except (StopIteration, ValueError, UnicodeDecodeError):
+        return None
+    return value if end == len(text) else None
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON of dicts, lists, strings, numbers, booleans and None."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return str(_escape(value))
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return float.__repr__(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_escape(str(k))}:{dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(dumps(v) for v in value) + "]"
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
 def _encode(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+    return dumps(obj).encode("utf-8") + b"\n"
 
 
 class Relay:
@@ -179,18 +238,12 @@ class Relay:
             self.write(line)
 
     def _is_init_reply(self, line: bytes) -> bool:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            return False
+        msg = loads(line)
         return isinstance(msg, dict) and "method" not in msg and msg.get("id") == self._init_id
 
     def handle(self, line: bytes) -> None:
         """One line from the client."""
-        try:
-            parsed = json.loads(line)
-        except ValueError:
-            parsed = None
+        parsed = loads(line)
         msg: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         method = msg.get("method")
         has_id = "id" in msg
