@@ -652,3 +652,38 @@ def test_lean_json_matches_the_json_package() -> None:
     assert mcp_stdio.loads(line) == value
     assert mcp_stdio.loads(b"not json") is None and mcp_stdio.loads(b'{"a": 1} trailing') is None
     assert mcp_stdio.loads(b"\xff\xfe") is None
+
+
+def test_a_question_survives_an_engine_restart(tmp_path: Path) -> None:
+    """The agent's ask_human server writes to the store itself: with the engine killed (-9) while
+    the question waits, the question stays pending, a restarted engine adopts the agent, and the
+    person's answer still reaches the agent, which finishes the task."""
+    from helpers import by_name, fleet, fleet_bg
+
+    home = quiet_home(tmp_path / "home")
+    fleet(home, "config", "set", "heartbeat_s", "1")  # a dead engine is noticed within 5 s
+    ask = '@sim ask="Which license?" options=MIT,Apache\n@sim steps=1'
+    fleet(home, "add", ask, "--coder", "sim", "--name", "asker", "--cwd", str(tmp_path))
+
+    def pending() -> list[dict[str, Any]]:
+        return [q for q in json.loads(fleet(home, "questions", "--json").stdout) if q["status"] == "pending"]
+
+    first = fleet_bg(home, "run", log=tmp_path / "run1.log")
+    try:
+        (q,) = wait_for(pending, 90, 0.2, "the question")
+    finally:
+        first.kill()  # SIGKILL: no shutdown, the agent and its ask_human server keep running
+        first.wait(10)
+    assert [x["id"] for x in pending()] == [q["id"]]
+    second = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run2.log")
+    try:
+        wait_for(lambda: by_name(home)["asker"]["owner"] not in (None, ""), 60, 0.2, "the adoption")
+        fleet(home, "answer", q["id"], "MIT")
+        assert second.wait(timeout=120) == 0, (tmp_path / "run2.log").read_text()
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait(10)
+    task = by_name(home)["asker"]
+    assert task["status"] == "done" and task["attempt"] == 1, task
+    assert "'MIT'" in (task["result_text"] or ""), task
