@@ -454,7 +454,8 @@ def cmd_doctor(ctx: Ctx) -> int:
 
 
 def cmd_mcp(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.mcp_ask_human import main as mcp_main
+    # the lean entry point: answers the handshake itself, runs the SDK server behind it
+    from fleet_tui.scheduler.mcp_stdio import main as mcp_main
 
     return mcp_main()
 

@@ -278,34 +278,6 @@ def test_claude_429_forever_requeues_without_a_retry(claude_limited: LimitedRun)
     assert_rate_limited_requeued(claude_limited)
 
 
-def test_claude_asks_a_human_through_fleet(claude_program: str, fl: Fleet) -> None:
-    """Issue 6: the model calls mcp__ask_human__ask_human (directly: in 2.1.332 it is deferred
-    behind ToolSearch, but a direct call by name works); the person answers with `fleet-tui
-    answer`; the answer reaches the model as the tool's result."""
-    script: Steps = [
-        ToolCall("mcp__ask_human__ask_human", {"question": "Which database?"}),
-        Text("Asked; the answer was PostgreSQL 16."),
-    ]
-    with serve_anthropic(script) as (url, rec):
-        claude_env(fl, url)
-        fl.add("claude", "asker", "Pick a database")
-        run = fl.run_bg()
-        try:
-            answer_the_question(fl, "asker", "Which database?", run)
-            assert run.wait(timeout=RUN_TIMEOUT_S) == 0, fl.run_log()
-        finally:
-            stop(run)
-        calls = rec.model_requests()
-    t = assert_done(fl, "asker")
-    assert not t["asking"]
-    assert fl.questions() == []
-    events = fl.logs_json("asker")
-    result = assert_tool_flow(events, "mcp__ask_human__ask_human")
-    assert result["text"] == ASK_ANSWER
-    (sent,) = tool_results(calls[1])
-    assert ASK_ANSWER in json.dumps(sent["content"]), sent
-
-
 def answer_the_question(fl: Fleet, name: str, text: str, run: subprocess.Popen[bytes]) -> None:
     """Wait for the task's question in `questions --json`, then answer it with `fleet-tui answer`."""
 
@@ -402,41 +374,6 @@ def codex_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
 def test_codex_429_forever_requeues_without_a_retry(codex_limited: LimitedRun) -> None:
     assert codex_limited.model_calls == 2  # the first try and one retry
     assert_rate_limited_requeued(codex_limited)
-
-
-def test_codex_asks_a_human_through_fleet(codex_program: str, fl: Fleet) -> None:
-    """Codex offers MCP tools as namespace ``mcp__ask_human``; the call is tool ``ask_human``."""
-    state = {"asked": False, "waits": 0}
-
-    def turn(req: Request) -> ToolCall | Text:
-        if state["asked"]:
-            return Text("Asked; the answer was PostgreSQL 16.")
-        if "mcp__ask_human" in req.tool_names():
-            state["asked"] = True
-            return ToolCall("ask_human", {"question": "Which database?"}, namespace="mcp__ask_human")
-        state["waits"] += 1  # the MCP server was not listed yet: let it start, then ask
-        if state["waits"] > 5:
-            return Text("ask_human never appeared")
-        return ToolCall("exec_command", {"cmd": "sleep 1"})
-
-    with serve_openai_responses([(turn, None)]) as (url, rec):
-        codex_env(fl, url)
-        fl.add("codex", "asker", "Pick a database", "--model", "fake-model")
-        run = fl.run_bg()
-        try:
-            answer_the_question(fl, "asker", "Which database?", run)
-            assert run.wait(timeout=RUN_TIMEOUT_S) == 0, fl.run_log()
-        finally:
-            stop(run)
-        calls = rec.model_requests()
-    t = assert_done(fl, "asker")
-    assert t["result_text"] == "Asked; the answer was PostgreSQL 16."
-    events = fl.logs_json("asker")
-    result = assert_tool_flow(events, "mcp__ask_human__ask_human")
-    assert result["text"] == ASK_ANSWER
-    assert any(ASK_ANSWER in json.dumps(function_outputs(c)) for c in calls), (
-        "the answer never reached the model"
-    )
 
 
 # -- OpenCode and Gemini: one success flow each -------------------------------------------------
