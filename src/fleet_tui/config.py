@@ -28,6 +28,7 @@ from typing import Any, Literal
 import tomlkit
 
 from fleet_tui.taskfile import did_you_mean, toml_key_lines
+from fleet_tui.trust import TrustError, check_trusted, read_capped
 
 __all__ = [
     "KEYS",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+#: the largest config file read (a real one is a few KiB; a path to /dev/zero must not eat memory)
+MAX_CONFIG_BYTES = 1 * MIB
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,13 @@ def _check(key: str, value: Any) -> Any:
             raise ConfigError(
                 f"{key} must not be empty" + (" (use none to unset it)" if spec.optional else "")
             )
+        if key == "store":  # a typo must be refused here, not replaced by the home's fleet.db later
+            from fleet_tui.scheduler.store import StoreError, check_store_url
+
+            try:
+                check_store_url(value)
+            except StoreError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
     elif spec.kind == "bool":
         if not isinstance(value, bool):
             raise bad
@@ -290,7 +300,7 @@ def parse_value(key: str, text: str) -> Any:
     elif spec.kind in ("floats", "strs") and raw.startswith("["):
         try:
             value = tomllib.loads(f"v = {raw}")["v"] if "\n" not in raw else None
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             value = None
     elif spec.kind in ("floats", "strs"):
         items = [p.strip() for p in raw.split(",") if p.strip()]
@@ -329,6 +339,8 @@ def _parse(text: str, where: str) -> Config:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: bad TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: bad TOML: arrays or tables nested too deeply") from None
     lines = toml_key_lines(text)
     values: dict[str, Any] = {}
     problems: list[str] = []
@@ -360,9 +372,12 @@ def load_config(path: Path) -> Config:
     Raises ConfigError listing every problem as ``file:line: message``.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        check_trusted(Path(path), "the config")
+        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
     except FileNotFoundError:
         return Config()
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from None
     return _parse(text, str(path))
@@ -417,12 +432,28 @@ def set_value(path: Path, key: str, value_str: str) -> None:
     """
     value = parse_value(key, value_str)
     path = Path(path)
+    try:
+        check_trusted(path, "the config")
+        _set_value(path, key, value)
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            f"cannot write {path}: {why}: make the fleet home writable, or edit another home (--home)"
+        ) from None
+
+
+def _set_value(path: Path, key: str, value: Any) -> None:
     if not path.exists():
         write_default(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = read_capped(path, MAX_CONFIG_BYTES, "config").decode("utf-8")
+    except (UnicodeDecodeError, TrustError) as exc:
+        raise ConfigError(f"{path}: fix the file first, it is not UTF-8 text: {exc}") from None
     try:
         doc = tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as exc:
+    except (tomlkit.exceptions.ParseError, RecursionError) as exc:
         raise ConfigError(f"{path}: fix the file first, it is not valid TOML: {exc}") from None
     new_text: str | None = None
     if value is None:
@@ -516,12 +547,15 @@ class ConfigWatcher:
 
     def _read(self) -> tuple[tuple[int, int, str] | None, str | None]:
         try:
+            check_trusted(self.path, "the config")
             st = self.path.stat()
-            data = self.path.read_bytes()
+            data = read_capped(self.path, MAX_CONFIG_BYTES, "config")
         except FileNotFoundError:
             return None, None
         except OSError as exc:
             return (0, 0, f"unreadable: {exc}"), None
+        except TrustError as exc:
+            return (0, 0, str(exc).removeprefix(f"{self.path}: ")), None
         return (st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest()), data.decode(
             "utf-8", errors="replace"
         )

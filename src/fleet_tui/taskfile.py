@@ -16,6 +16,7 @@ first, in file order.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import subprocess
 import tomllib
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+from fleet_tui.trust import TrustError, read_capped
 
 __all__ = [
     "TaskFileError",
@@ -36,6 +38,13 @@ __all__ = [
 ]
 
 NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+#: what a task id looks like (store.new_id): a name of that form would shadow a task's id
+ID_LIKE_RE = re.compile(r"^[a-z]-[0-9a-f]{14}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: the largest task file read (a path to /dev/zero or a log must not fill memory)
+MAX_TASKFILE_BYTES = 16 * 1024 * 1024
+#: integers a task may hold (the store keeps 64-bit integers; nobody needs more than this)
+MAX_INT = 2**31 - 1
 
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
@@ -223,21 +232,35 @@ def _check_value(key: str, v: Any) -> str | None:
         if key == "name" and not NAME_RE.match(v):
             fixed = re.sub(r"[^a-z0-9_-]+", "-", v.lower()).strip("-") or "task-1"
             return f"bad name {v!r}: use only lowercase letters, digits, '-' and '_' (for example {fixed!r})"
+        if key == "name" and ID_LIKE_RE.match(v):
+            return (
+                f"bad name {v!r}: it looks like a task id, and would hide the task with that id; pick another"
+            )
         if key in _NONEMPTY and not v.strip():
             return f"{key} must not be empty"
+        if "\0" in v:
+            return f"{key} holds a NUL byte (\\0): remove it (a program's arguments cannot carry one)"
     elif key == "priority" and not _is_int(v):
         return f"priority must be an integer (higher runs first), {got}"
+    elif key == "priority" and abs(v) > MAX_INT:
+        return f"priority must be between {-MAX_INT} and {MAX_INT}, got {v}"
     elif key in ("max_retries", "min_chars") and (not _is_int(v) or v < 0):
         return f"{key} must be a whole number >= 0, {got if not _is_int(v) else v}"
+    elif key in ("max_retries", "min_chars") and v > MAX_INT:
+        return f"{key} must be at most {MAX_INT}, got {v}"
     elif key in ("timeout_min", "stall_min", "budget_usd"):
         if not _is_num(v):
             return f"{key} must be a number, {got}"
+        if not math.isfinite(v):
+            return f"{key} must be a finite number, got {v}"
         if v <= 0:
             return f"{key} must be greater than 0, got {v}"
     elif key in ("depends_on", "requires", "contains"):
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             example = '["other-task"]' if key == "depends_on" else '["a", "b"]'
             return f"{key} must be an array of strings like {example}, {got}"
+        if any("\0" in x for x in v):
+            return f"{key} holds a NUL byte (\\0): remove it"
     elif key == "merge" and v not in ("manual", "auto"):
         return f'merge must be "manual" or "auto", got {v!r}'
     elif key == "env":
@@ -245,6 +268,10 @@ def _check_value(key: str, v: Any) -> str | None:
             return f'env must be a table of strings like {{ FOO = "bar" }}, {got}'
         if bad := [k for k, x in v.items() if not isinstance(x, str)]:
             return f'env values must be strings: {", ".join(bad)} (quote numbers: "1")'
+        if bad := [k for k in v if not ENV_NAME_RE.match(k)]:
+            return f"env names must be letters, digits and _ (not starting with a digit): {bad[0]!r}"
+        if bad := [k for k, x in v.items() if "\0" in x]:
+            return f"env value of {bad[0]} holds a NUL byte (\\0): remove it"
     return None
 
 
@@ -290,13 +317,18 @@ class _Checks:
 
     def git_ref(self, cwd: str, ref: str) -> str | None:
         """A message when ``ref`` cannot be used from ``cwd``, else None."""
+        if ref.startswith("-") or "@{" in ref or any(c.isspace() or ord(c) < 0x20 for c in ref):
+            return (
+                f"git_ref {ref!r} is not a branch, tag or commit name (reflog and upstream forms like "
+                "HEAD@{u} move under a running fleet): name a branch, a tag or a commit"
+            )
         rc, top = self._git("-C", cwd, "rev-parse", "--show-toplevel")
         if rc != 0:
             return (
                 f"git_ref {ref!r} needs a git repository, but {cwd} is not inside one "
                 "(run `git init` there, or drop git_ref to run in the folder itself)"
             )
-        if self._git("-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] == 1:
+        if self._git("-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
             return f"git_ref {ref!r} is not a branch, tag or commit in {top}"
         return None
 
@@ -340,6 +372,10 @@ class _Report:
         self.warnings.append(TaskFileError(self.file, self.line(at), msg))
 
 
+def _read_taskfile(path: Path) -> str:
+    return read_capped(path, MAX_TASKFILE_BYTES, "task file").decode("utf-8")
+
+
 def load_taskfile(
     path: Path,
     *,
@@ -355,16 +391,23 @@ def load_taskfile(
     Each spec's ``cwd`` is absolute and its ``source`` is ``file:line`` of its ``[[task]]``.
     """
     fname = str(path)
+    text = ""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_taskfile(Path(path))
         doc = tomllib.loads(text)
     except FileNotFoundError:
         return TaskFileResult(errors=(TaskFileError(fname, 0, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
         return TaskFileResult(errors=(TaskFileError(fname, 0, f"cannot read the file: {exc}"),))
+    except TrustError as exc:  # not a regular file, or too large to be a task file
+        return TaskFileResult(errors=(TaskFileError(fname, 0, str(exc).removeprefix(f"{path}: ")),))
     except tomllib.TOMLDecodeError as exc:
         line, what = _toml_error_position(str(exc), text)
         return TaskFileResult(errors=(TaskFileError(fname, line, f"bad TOML: {what}"),))
+    except RecursionError:
+        return TaskFileResult(
+            errors=(TaskFileError(fname, 0, "bad TOML: arrays or tables nested too deeply"),)
+        )
 
     rep = _Report(fname, toml_key_lines(text))
     for key in doc:
@@ -525,30 +568,40 @@ def _check_table_key(key: str, value: Any, at: Path_, rep: _Report) -> bool:
 
 
 def _cycles(graph: Mapping[str, list[str]]) -> list[list[str]]:
-    """Each dependency cycle once, as the names along it, starting at its earliest-listed task."""
+    """Each dependency cycle once, as the names along it, starting at its earliest-listed task.
+
+    A depth-first walk with an explicit stack: a chain thousands of tasks deep is fine."""
     order = {n: k for k, n in enumerate(graph)}
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     found: list[list[str]] = []
     seen: set[frozenset[str]] = set()
 
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        stack.append(node)
-        for dep in graph.get(node, []):
+    for root in graph:
+        if root in state:
+            continue
+        state[root] = 1
+        path = [root]
+        where: dict[str, int] = {root: 0}  # position on the path, for slicing out a cycle
+        todo = [iter(graph.get(root, []))]
+        while todo:
+            dep = next(todo[-1], None)
+            if dep is None:
+                todo.pop()
+                done = path.pop()
+                where.pop(done, None)
+                state[done] = 2
+                continue
             if state.get(dep) == 1:
-                cyc = stack[stack.index(dep) :]
+                cyc = path[where[dep] :]
                 if frozenset(cyc) not in seen:
                     seen.add(frozenset(cyc))
                     start = min(range(len(cyc)), key=lambda k: order[cyc[k]])
                     found.append(cyc[start:] + cyc[:start])
             elif dep not in state:
-                visit(dep, stack)
-        stack.pop()
-        state[node] = 2
-
-    for node in graph:
-        if node not in state:
-            visit(node, [])
+                state[dep] = 1
+                where[dep] = len(path)
+                path.append(dep)
+                todo.append(iter(graph.get(dep, [])))
     return found
 
 
