@@ -14,6 +14,7 @@ is a failure.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -581,7 +582,7 @@ def test_doctor_shows_each_coders_user_setup(fl: Fleet) -> None:
     for configure in (claude_user, codex_user, opencode_user, gemini_user):
         fl.env.update(configure(fl.user_home, "http://127.0.0.1:9", log))
     out = fl("doctor").stdout
-    blocks = {b.split()[0]: b for b in ("\n" + out).split("\nok  coder ")[1:]}
+    blocks = {b.split()[0]: b for b in re.split(r"\nok +coder +", "\n" + out)[1:]}
     h = fl.user_home
     expect = {
         "claude": (CLAUDE_MODEL, f"{h}/.claude.json, {h}/.claude/settings.json"),
