@@ -683,3 +683,59 @@ def test_a_question_survives_an_engine_restart(tmp_path: Path) -> None:
     task = by_name(home)["asker"]
     assert task["status"] == "done" and task["attempt"] == 1, task
     assert "'MIT'" in (task["result_text"] or ""), task
+
+
+def test_a_password_store_url_works_end_to_end_and_reaches_no_agent(tmp_path: Path) -> None:
+    """Issue 12 point 18, through `fleet-tui run`: the store URL (in FLEET_STORE, with a
+    password) opens for the engine and for the agent's ask_human server; the question lands and
+    the person's answer reaches the agent; the password is in no file of the home but the
+    per-attempt 0600 pgpass, and not in the agent's environment."""
+    psycopg = pytest.importorskip("psycopg")
+    secret = "pw-s3cret-x"
+    schema = f"askpw_e2e_{os.getpid()}_{int(time.time())}"
+    url = f"postgresql://postgres:{secret}@127.0.0.1:5432/test?schema={schema}"
+    try:
+        psycopg.connect(url.split("?")[0], connect_timeout=3).close()
+    except psycopg.Error as e:
+        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {e}")
+    from helpers import fleet, fleet_bg
+
+    home = quiet_home(tmp_path / "home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "PG"))}
+    env.update(FLEET_HOME=str(home), FLEET_STORE=url)
+    envdump = tmp_path / "agent-env.txt"
+    ask = '@sim ask="Which license?"\n@sim steps=1'
+    try:
+        fleet(home, "add", ask, "--coder", "sim", "--name", "asker", "--cwd", str(tmp_path), env=env)
+        dump = (
+            "add",
+            "dump env",
+            "--coder",
+            "shell",
+            "--command",
+            f"env > {envdump}",
+            "--cwd",
+            str(tmp_path),
+        )
+        fleet(home, *dump, env=env)
+        run = fleet_bg(home, "run", "--until-idle", env=env, log=tmp_path / "run.log")
+        try:
+            qs = wait_for(
+                lambda: json.loads(fleet(home, "questions", "--json", env=env).stdout), 90, 0.2, "q"
+            )
+            fleet(home, "answer", qs[0]["id"], "MIT", env=env)
+            assert run.wait(timeout=120) == 0, (tmp_path / "run.log").read_text()
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait(10)
+        status = fleet(home, "status", "--json", env=env).stdout
+        task = next(t for t in json.loads(status) if t["name"] == "asker")
+        assert task["status"] == "done" and "'MIT'" in (task["result_text"] or ""), task
+        assert secret not in envdump.read_text()  # the agent's environment
+        holders = [p for p in home.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+        assert holders and {p.name for p in holders} == {"pgpass"}, holders  # one per attempt
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in holders)
+    finally:
+        with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -229,7 +229,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     except (ValueError, OSError) as e:
         raise LaunchError(f"{name}: {e}") from e
     env = dict(os.environ)
-    for k in ("FLEET_PROMPT",):
+    for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
         env.pop(k, None)
     env.update(
         {
