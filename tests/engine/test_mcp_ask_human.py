@@ -739,3 +739,22 @@ def test_a_password_store_url_works_end_to_end_and_reaches_no_agent(tmp_path: Pa
     finally:
         with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_lean_entry_point_ends_when_the_sdk_server_does() -> None:
+    """An SDK server that dies (here at once, exit 3) ends the relay too: no client is left
+    waiting for a tool call nobody will answer."""
+    src = str(Path(mcp_stdio.__file__).parents[2])
+    relay = (
+        f"import sys; sys.path.insert(0, {src!r}); from fleet_tui.scheduler.mcp_stdio import Relay;"
+        "dies = [sys.executable, '-c', 'raise SystemExit(3)'];"
+        "sys.exit(Relay(sys.stdin.buffer, sys.stdout.buffer, dies).run())"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", relay], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    reply = rpc(
+        proc, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}
+    )
+    assert reply["result"]["serverInfo"]["name"] == "ask_human"
+    assert proc.wait(timeout=30) == 3  # stdin still open: it ended because its SDK server did

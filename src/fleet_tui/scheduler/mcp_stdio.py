@@ -184,6 +184,8 @@ class Relay:
         #: the SDK server answered the replayed initialize: it serves everything from now on
         self.ready: threading.Event | None = None
         self._pump: threading.Thread | None = None
+        #: end this process when the SDK server ends (False only when embedded, e.g. in tests)
+        self.exit_with_child = True
 
     def write(self, data: bytes) -> None:
         if self._out_lock is None:
@@ -236,6 +238,11 @@ class Relay:
                 self.ready.set()
                 continue
             self.write(line)
+        # the SDK server is gone (the client closed stdin, or it failed): so is this server, at
+        # once, so that no client waits on a request nobody will answer
+        code = child.wait()
+        if self.exit_with_child:
+            os._exit(code if code >= 0 else 1)
 
     def _is_init_reply(self, line: bytes) -> bool:
         msg = loads(line)
