@@ -164,6 +164,7 @@ def cmd_add(ctx: Ctx) -> int:
         timeout_min=a.timeout_min,
         budget_usd=a.budget_usd,
         source="fleet-tui add",
+        notify_done=a.notify_done,
     )
     names, available = _coder_tools()
     problems = validate_spec(
@@ -252,7 +253,15 @@ def cmd_run(ctx: Ctx) -> int:
             await engine.run(until_idle=a.until_idle)
             tg.cancel_scope.cancel()
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    except BaseException as e:  # a store that failed for good: one clear line, no traceback
+        from fleet_tui.scheduler.outage import store_error_of
+
+        err = store_error_of(e)
+        if err is None:
+            raise
+        raise UserError(str(err)) from None
     if a.until_idle:
         waiting = [(n, r) for n, r in engine.idle_report]
         if waiting:
@@ -519,7 +528,63 @@ def cmd_doctor(ctx: Ctx) -> int:
         print(f"--  store: {e}")
         bad += 1
     print(f"ok  home {ctx.home}")
+    bad += _doctor_sandbox(ctx)
+    bad += _doctor_notify(ctx)
     return 1 if bad else 0
+
+
+def _doctor_sandbox(ctx: Ctx) -> int:
+    """The sandbox line: whether bwrap works here, and whether tasks use it by default."""
+    from fleet_tui.config import ConfigError, config_path, load_config
+    from fleet_tui.scheduler.sandbox import probe
+
+    try:
+        mode = load_config(config_path(ctx.home)).sandbox
+    except ConfigError:
+        mode = "none"
+    ok, detail = probe()
+    use = f"default sandbox = {mode}"
+    if ok:
+        hint = "" if mode == "bwrap" else " (turn it on: fleet-tui config set sandbox bwrap)"
+        print(f"ok  sandbox bwrap usable ({detail}); {use}{hint}")
+        return 0
+    print(f"--  sandbox bwrap not usable: {detail}; {use}")
+    return 1 if mode == "bwrap" else 0
+
+
+def _doctor_notify(ctx: Ctx) -> int:
+    """Notification targets and how sending went (the store's notifications table)."""
+    try:
+        stats = ctx.store.notification_stats()
+    except Exception as e:  # a store problem is reported above already
+        print(f"--  notifications: {e}")
+        return 0
+    cfg = ctx.cfg
+    where = [*(u.rpartition(" ")[2].split("://")[0] + "://" for u in cfg.notify)]
+    if cfg.telegram_token:
+        where.append("telegram")
+    where += [f"desktop={cfg.notify_desktop}", f"terminal={cfg.notify_terminal}"]
+    mark = "-- " if stats.failed else "ok "
+    line = f"{mark} notifications: {stats.sent} sent, {stats.failed} failed  ({', '.join(where)})"
+    if stats.last_failure:
+        line += f"; last failure: {stats.last_failure}"
+    print(line)
+    return 0
+
+
+def cmd_notify(ctx: Ctx) -> int:
+    from fleet_tui.notify import send_test
+
+    results = send_test(ctx.cfg)
+    if not results:
+        raise UserError(
+            "no notification targets: add one with `fleet-tui config set notify ntfys://YOUR-TOPIC` "
+            "(any apprise URL), or set telegram_token and telegram_chat"
+        )
+    for r in results:
+        said = r.target if r.ok else r.detail if r.detail.startswith(r.target) else f"{r.target}: {r.detail}"
+        print(f"{'ok ' if r.ok else '-- '} {said}")
+    return 0 if all(r.ok for r in results) else 1
 
 
 def cmd_mcp(ctx: Ctx) -> int:
@@ -587,6 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-retries", type=int)
     a.add_argument("--timeout-min", type=float)
     a.add_argument("--budget-usd", type=float)
+    a.add_argument("--notify-done", action="store_true", help="notify when this task is done")
 
     for name in ("load", "validate"):
         s = sub.add_parser(name, help=f"{name} a tasks.toml")
@@ -620,6 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("hosts", help="machines sharing the store")
     sub.add_parser("doctor", help="check coders, the store and the home")
     sub.add_parser("mcp-ask-human", help="the stdio MCP server agents call (started by coders)")
+    nt = sub.add_parser("notify", help="notifications: `notify test` sends one to every target")
+    nt.add_argument("action", choices=["test"])
     return p
 
 
@@ -643,6 +711,7 @@ COMMANDS = {
     "hosts": cmd_hosts,
     "doctor": cmd_doctor,
     "mcp-ask-human": cmd_mcp,
+    "notify": cmd_notify,
     "demo": cmd_demo,
     "example": cmd_example,
 }

@@ -49,7 +49,7 @@ MAX_INT = 2**31 - 1
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
     "timeout_min", "stall_min", "max_retries", "requires", "budget_usd", "setup", "merge", "env",
-    "verify", "artifact",
+    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro", "notify_done",
 )  # fmt: skip
 VERIFY_KEYS: tuple[str, ...] = ("run", "agent", "model", "coder", "timeout_min")
 ARTIFACT_KEYS: tuple[str, ...] = ("path", "min_chars", "contains")
@@ -223,6 +223,11 @@ _STR_KEYS = ("name", "prompt", "cwd", "coder", "model", "command", "git_ref", "s
 _NONEMPTY = ("prompt", "cwd", "coder", "run", "agent", "path")
 
 
+def _host(x: Any) -> bool:
+    """A host name of a ``network`` allowlist (``*.domain`` allowed; no scheme, path or NUL)."""
+    return isinstance(x, str) and bool(x.strip()) and not any(c in x for c in "/\0 ")
+
+
 def _check_value(key: str, v: Any) -> str | None:
     """A type/range message for one scalar, array or env task key, or None when the value is fine."""
     got = f"got {_type_name(v)}"
@@ -261,6 +266,17 @@ def _check_value(key: str, v: Any) -> str | None:
             return f"{key} must be an array of strings like {example}, {got}"
         if any("\0" in x for x in v):
             return f"{key} holds a NUL byte (\\0): remove it"
+    elif key == "sandbox" and v not in ("bwrap", "none"):
+        later = " (docker is not supported yet)" if v == "docker" else ""
+        return f'sandbox must be "bwrap" or "none", got {v!r}{later}'
+    elif key == "network" and not (v in ("on", "none") or (isinstance(v, list) and v and all(map(_host, v)))):
+        return f'network must be "on", "none" or a list of host names like ["api.anthropic.com"], got {v!r}'
+    elif key in ("sandbox_rw", "sandbox_ro") and (
+        not isinstance(v, list) or not all(isinstance(x, str) and x.strip() and "\0" not in x for x in v)
+    ):
+        return f'{key} must be an array of paths like ["~/.cache/pip"], {got}'
+    elif key == "notify_done" and not isinstance(v, bool):
+        return f"notify_done must be true or false, {got}"
     elif key == "merge" and v not in ("manual", "auto"):
         return f'merge must be "manual" or "auto", got {v!r}'
     elif key == "env":
@@ -522,6 +538,9 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
     for k, ver in enumerate(_entries(v.get("verify"))):
         if "coder" in ver and (msg := checks.coder(ver["coder"])):
             rep.err((*where["verify"], k, "coder"), f"verifier: {msg}")
+    for key in ("sandbox_rw", "sandbox_ro"):  # relative paths start at the file's folder, like cwd
+        if isinstance(v.get(key), list):
+            v[key] = [str((base / Path(x).expanduser()).resolve()) for x in v[key]]
     cwd_raw = v.get("cwd", ".")
     cwd = str((base / Path(cwd_raw).expanduser()).resolve())
     v["cwd"] = cwd
@@ -626,8 +645,18 @@ def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
         timeout_min=num("timeout_min"), stall_min=num("stall_min"), max_retries=v.get("max_retries"),
         requires=tuple(v.get("requires", ())), verify=tuple(verify), budget_usd=num("budget_usd"),
         setup=v.get("setup"), merge=v.get("merge", "manual"),
-        env=tuple(sorted(v.get("env", {}).items())), source=source,
+        env=tuple(sorted(v.get("env", {}).items())), source=source, sandbox=v.get("sandbox"),
+        network=_network(v.get("network")), sandbox_rw=tuple(v.get("sandbox_rw", ())),
+        sandbox_ro=tuple(v.get("sandbox_ro", ())),
+        notify_done=bool(v.get("notify_done", False)),
     )  # fmt: skip
+
+
+def _network(value: Any) -> tuple[str, ...] | None:
+    """``network``: "on" (or absent) -> None, "none" -> (), a host list -> the hosts."""
+    if value is None or value == "on":
+        return None
+    return () if value == "none" else tuple(value)
 
 
 _POS_RE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
@@ -674,6 +703,15 @@ def validate_spec(
             table[key] = list(getattr(spec, key))
     if spec.env:
         table["env"] = dict(spec.env)
+    if spec.sandbox is not None:
+        table["sandbox"] = spec.sandbox
+    if spec.network is not None:
+        table["network"] = list(spec.network) or "none"
+    for key in ("sandbox_rw", "sandbox_ro"):
+        if getattr(spec, key):
+            table[key] = list(getattr(spec, key))
+    if spec.notify_done:
+        table["notify_done"] = True
     fields_of = {"run": ("run", "timeout_min"), "agent": ("agent", "coder", "model", "timeout_min"),
                  "artifact": ("path", "min_chars", "contains")}  # fmt: skip
     for ver in spec.verify:

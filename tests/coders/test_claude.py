@@ -75,6 +75,15 @@ def test_every_fixture_normalizes(name: str) -> None:
 
 
 EXPECTED_KINDS = {
+    # a recorded bash run edited to repeat one tool call six times (loop detection's input)
+    "claude-real-local-2.1.332-bash-loop.jsonl": [
+        "session_started",
+        *["tool_call", "usage", "tool_result"] * 6,
+        "text",
+        "usage",
+        "usage",
+        "result",
+    ],
     "claude-success-tool.jsonl": [
         "session_started",
         "text",

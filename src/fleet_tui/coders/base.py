@@ -212,6 +212,9 @@ class BaseCoder:
     #: each model is its own rate-limit account (the simulated agent uses it to show one account
     #: limited while another keeps running); real CLIs share one account per coder
     per_model_accounts: ClassVar[bool] = False
+    #: what the CLI itself writes under HOME (folders or files, ``~/``-relative), kept writable
+    #: when they exist and the task runs in a sandbox (the rest of HOME is read-only)
+    sandbox_state: ClassVar[tuple[str, ...]] = ()
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {}

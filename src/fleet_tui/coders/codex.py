@@ -452,6 +452,8 @@ class CodexCoder(BaseCoder):
     name: ClassVar[str] = "codex"
     program: ClassVar[str | None] = "codex"
     install_hint: ClassVar[str] = "npm install -g @openai/codex"
+    #: nothing: the run has its own CODEX_HOME (the user's ~/.codex is only read)
+    sandbox_state: ClassVar[tuple[str, ...]] = ()
 
     @staticmethod
     def codex_home(ctx: AttemptContext) -> Path:

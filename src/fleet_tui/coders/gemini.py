@@ -338,6 +338,8 @@ class GeminiCoder(BaseCoder):
     name: ClassVar[str] = "gemini"
     program: ClassVar[str | None] = "gemini"
     install_hint: ClassVar[str] = "npm install -g @google/gemini-cli"
+    #: the user's Google login (symlinked into the run; a refreshed token is written back)
+    sandbox_state: ClassVar[tuple[str, ...]] = ("~/.gemini/",)
 
     @staticmethod
     def cli_home(ctx: AttemptContext) -> Path:

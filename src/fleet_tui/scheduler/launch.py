@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
+from fleet_tui.scheduler import sandbox
+from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
@@ -96,6 +98,19 @@ def _exclude_patterns(repo: Path, home: Path) -> list[str]:
     return patterns
 
 
+def _repo_holding_home(cwd: Path, home: Path) -> Path | None:
+    """The git checkout around ``cwd`` when the fleet home lies inside it (else None); found by
+    looking for ``.git`` upwards, without starting git (this runs for every in-place attempt)."""
+    try:
+        here, home_r = cwd.resolve(), Path(home).resolve()
+    except OSError:
+        return None
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d if home_r == d or d in home_r.parents else None
+    return None
+
+
 def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     """Where the attempt runs: the task's cwd (no ``git_ref``), else its worktree, made ready.
 
@@ -108,6 +123,14 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     if not cwd.is_dir():
         raise LaunchError(f"cwd {cwd} does not exist (fix the task's cwd, then retry)")
     if not task.spec.git_ref:
+        repo = _repo_holding_home(cwd, engine.home)
+        if repo is not None:
+            raise LaunchError(
+                f"the fleet home {engine.home} is inside the git repository {repo} that this task "
+                "works in in place: its git commands (git clean -fdx, git stash -u, ...) could delete "
+                "the queue. Move the home out of the repository (--home or FLEET_HOME), or give the "
+                "task a git_ref so it runs in a worktree of its own"
+            )
         return cwd, None
     info = load_worktree(engine.home, task.id)
     marker = task_dir(engine.home, task.id) / "setup.ok"
@@ -127,7 +150,7 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
         marker.unlink(missing_ok=True)  # a new checkout: its setup has not run yet
     setup = task.spec.setup or engine.cfg.worktree_setup
     if setup and not marker.exists():
-        res = wt.run_setup(info, setup, timeout_s=600)
+        res = wt.run_setup(info, setup, timeout_s=600, home=engine.home)
         if not res.ok:
             raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
         marker.write_text(str(info.path))
@@ -175,6 +198,11 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     ok, detail = coder.available()
     if not ok:
         raise LaunchError(detail)
+    sandbox_mode = sbp.mode_of(task.spec.sandbox, engine.cfg.sandbox)
+    try:  # a sandbox that cannot be had: never started, never run without it
+        sbp.ensure_available(sandbox_mode)
+    except sbp.SandboxUnavailable as e:
+        raise LaunchError(str(e)) from e
     workdir, branch = _workdir(engine, task)
     store = engine.store
     prev = store.get_attempt(task.id, task.attempt - 1) if task.attempt > 1 else None
@@ -205,10 +233,15 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     )
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
+    if branch is not None:  # other engines on this home (other stores) must leave it alone
+        from fleet_tui.scheduler import wtmark
+
+        wtmark.mark(engine.home, workdir.name, getattr(store, "url", ""), task.id, adir)
     (adir / "prompt.txt").write_text(prompt)
     mcp_command, mcp_env = server_launch(
         store, engine.home, task.id, task.attempt, engine.cfg.question_timeout_min * 60, adir
     )
+    sandboxed = sandbox_mode != "none"
     ctx = AttemptContext(
         task=task,
         attempt=task.attempt,
@@ -217,8 +250,9 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         attempt_dir=adir,
         home=engine.home,
         model=task.model,
-        mcp_command=mcp_command,
-        mcp_env=mcp_env,
+        # sandboxed, the agent starts a relay to the sandbox's broker, which runs the real server
+        mcp_command=sandbox.mcp_relay_command() if sandboxed else mcp_command,
+        mcp_env={} if sandboxed else mcp_env,
         user_mcp=engine.cfg.mcp == "inherit",
     )
     try:
@@ -242,6 +276,12 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     )
     env.update(dict(task.spec.env))
     env.update(extra)
+    if sandboxed:
+        policy = sbp.for_task(
+            task.spec, workdir=workdir, run_dir=adir, fleet_home=engine.home, env=env, coder=coder,
+            branch=branch, mcp_command=mcp_command, mcp_env=mcp_env,
+        )  # fmt: skip
+        argv = sbp.wrap(policy, adir, argv)
     now = engine.clock()
     store.put_attempt(
         Attempt(
@@ -330,6 +370,10 @@ async def adopt(engine: Engine, t: Task) -> None:
             engine.publish_task(new)
             engine._launch_runner(new, launch, adopted=True)
             return
+        # a dead shim without an exit record: its agent may still run (ppid 1); it dies first
+        from fleet_tui.scheduler.owned import reap_attempt
+
+        await anyio.to_thread.run_sync(reap_attempt, adir)
         t = new
     elif not same_host or att is None or info is None:
         # a remote (or never-started) attempt: reclaim only once its lease expired

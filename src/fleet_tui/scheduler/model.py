@@ -85,6 +85,11 @@ class TaskSpec:
     merge: Literal["manual", "auto"] = "manual"
     env: tuple[tuple[str, str], ...] = ()
     source: str | None = None  # "file:line" the spec came from, for messages
+    sandbox: str | None = None  # "bwrap" | "none"; None: the config's default (see sandbox.py)
+    network: tuple[str, ...] | None = None  # sandboxed: None host network, () none, hosts allowlist
+    sandbox_rw: tuple[str, ...] = ()  # extra writable paths in the sandbox (absolute)
+    sandbox_ro: tuple[str, ...] = ()  # extra readable paths in the sandbox (absolute)
+    notify_done: bool = False  # send a notification when this task is done (notify/)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,8 @@ def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_
         )
     if stop == "over_budget":
         return Verdict(TaskStatus.NEEDS_HUMAN, f"over_budget: {r.stop_detail}", outcome="over_budget")
+    if stop == "looping":  # scheduler/loops.py: retrying would loop again
+        return Verdict(TaskStatus.NEEDS_HUMAN, f"looping: {r.stop_detail}", outcome="looping")
     budget = task.spec.budget_usd
     if stop is None and budget is not None and r.cost_usd is not None and r.cost_usd > budget:
         # most agents report their cost only in the final result line, often after the runner's

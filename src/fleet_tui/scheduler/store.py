@@ -34,6 +34,7 @@ from fleet_tui.scheduler.model import (
     Usage,
     VerifySpec,
 )
+from fleet_tui.scheduler.notify_store import NotifyStats
 from fleet_tui.scheduler.states import TaskStatus
 
 
@@ -72,8 +73,10 @@ def spec_from_json(text: str) -> TaskSpec:
     d["verify"] = tuple(
         VerifySpec(**{**v, "contains": tuple(v.get("contains") or ())}) for v in d.get("verify") or ()
     )
-    for k in ("depends_on", "requires"):
+    for k in ("depends_on", "requires", "sandbox_rw", "sandbox_ro"):
         d[k] = tuple(d.get(k) or ())
+    if isinstance(d.get("network"), list):
+        d["network"] = tuple(d["network"])
     d["env"] = tuple(tuple(p) for p in d.get("env") or ())
     known = {f.name for f in fields(TaskSpec)}
     return TaskSpec(**{k: v for k, v in d.items() if k in known})
@@ -334,6 +337,15 @@ class Store(Protocol):
     def maintenance(self) -> None:
         """Periodic housekeeping (SQLite: WAL checkpoint)."""
         ...
+
+    # notifications (notify_store.py): claimed once per event key across engines
+    def claim_notification(
+        self, key: str, kind: str, task_id: str | None, title: str, body: str, owner: str, now: float
+    ) -> bool: ...
+
+    def finish_notification(self, key: str, status: str, detail: str | None, now: float) -> None: ...
+
+    def notification_stats(self) -> NotifyStats: ...
 
     def close(self) -> None: ...
 
