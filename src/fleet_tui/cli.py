@@ -494,6 +494,14 @@ def cmd_questions(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.attempt_guard import inside_attempt
+
+    why_inside = inside_attempt()
+    if why_inside is not None:  # an agent must not answer its own or another agent's question
+        raise UserError(
+            f"answer refused: {why_inside}; only a person answers questions "
+            "(from a shell of their own or the cockpit's inbox)"
+        )
     res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
     if not res.ok:
         raise UserError(res.message)
@@ -503,16 +511,17 @@ def cmd_answer(ctx: Ctx) -> int:
 
 def cmd_config(ctx: Ctx) -> int:
     from fleet_tui.config import ConfigError, get_value, set_value
+    from fleet_tui.redact import redact_config_value as _redact
 
     try:
         if ctx.args.action == "get":
-            print(get_value(ctx.config_path, ctx.args.key))
+            print(_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key)))
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
             ctx.ready_home()
             set_value(ctx.config_path, ctx.args.key, ctx.args.value)
-            print(f"{ctx.args.key} = {get_value(ctx.config_path, ctx.args.key)}")
+            print(f"{ctx.args.key} = {_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key))}")
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0
@@ -563,9 +572,10 @@ def cmd_hosts(ctx: Ctx) -> int:
 
 
 def cmd_doctor(ctx: Ctx) -> int:
-    from fleet_tui.coders.base import coder_names, get_coder
+    from fleet_tui.coders.base import coder_names, get_coder, setup_lines
 
     bad = 0
+    user_mcp = ctx.cfg.mcp == "inherit"
     for name in coder_names():
         try:
             c = get_coder(name)
@@ -576,6 +586,9 @@ def cmd_doctor(ctx: Ctx) -> int:
         mark = "ok " if ok else "-- "
         line = f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}"
         print(clean(line, one_line=True))
+        if ok and getattr(c, "program", None):  # what the agent will run with: the user's setup
+            for line in setup_lines(c, user_mcp, ctx.cfg.default_model):
+                print("      " + clean(line, one_line=True))
     try:
         st = ctx.store
         print(clean(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)", one_line=True))
@@ -643,7 +656,8 @@ def cmd_notify(ctx: Ctx) -> int:
 
 
 def cmd_mcp(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.mcp_ask_human import main as mcp_main
+    # the lean entry point: answers the handshake itself, runs the SDK server behind it
+    from fleet_tui.scheduler.mcp_stdio import main as mcp_main
 
     return mcp_main()
 
