@@ -172,6 +172,7 @@ def cmd_add(ctx: Ctx) -> int:
         verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
         timeout_min=a.timeout_min,
         budget_usd=a.budget_usd,
+        merge=a.merge,
         source="fleet-tui add",
         notify_done=a.notify_done,
     )
@@ -185,6 +186,66 @@ def cmd_add(ctx: Ctx) -> int:
     if not res.ok:
         raise UserError(res.message)
     print(res.task.id)
+    return 0
+
+
+def cmd_import(ctx: Ctx) -> int:
+    """``import github OWNER/REPO``: one task per matching open issue not imported yet."""
+    from fleet_tui.scheduler import ghimport
+    from fleet_tui.scheduler.github import GitHub, GitHubError
+    from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+    from fleet_tui.scheduler.pullrequest import put_link
+    from fleet_tui.taskfile import validate_spec
+
+    a = ctx.args
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", a.repo):
+        raise UserError(f"import github: {a.repo!r} is not OWNER/REPO (like octo/widgets)")
+    cwd = Path(a.cwd).resolve()
+    git_ref = a.git_ref
+    if git_ref is None and a.merge == "pr":  # a pull request needs a branch: the checkout's branch
+        from fleet_tui.scheduler.worktree import _git
+
+        status, out, _ = _git(cwd, "symbolic-ref", "--short", "-q", "HEAD", check=False)
+        if status != 0 or not out.strip():
+            raise UserError(
+                f"import github: {cwd} is not on a git branch: give --cwd a checkout of {a.repo} or --git-ref"
+            )
+        git_ref = out.strip()
+    template = TaskSpec(
+        name="-",
+        prompt="-",
+        cwd=str(cwd),
+        coder=a.coder,
+        model=a.model,
+        git_ref=git_ref,
+        priority=a.priority,
+        verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
+        merge=a.merge,
+    )
+    try:
+        issues = GitHub().issues(a.repo, label=a.label, assignee=a.assignee, milestone=a.milestone)
+    except GitHubError as e:
+        raise UserError(f"import github {a.repo}: {e}") from None
+    store = ctx.store
+    planned = ghimport.plan(a.repo, issues, template, [t.spec for t in store.list_tasks()])
+    specs = [p.spec for p in planned if p.spec is not None]
+    names, available = _coder_tools()
+    taken = store.task_names()
+    for spec in specs:
+        if problems := validate_spec(
+            spec, known_coders=names, existing_names=taken, coder_available=available
+        ):
+            raise UserError(f"cannot import issue {spec.source}:\n" + "\n".join(f"  {p}" for p in problems))
+    tasks = store.add_tasks(specs, time.time()) if specs else []
+    for t, p in zip(tasks, [p for p in planned if p.spec is not None], strict=True):
+        put_link(
+            store,
+            t.id,
+            {"repo": a.repo, "issue": p.issue.number, "issue_url": p.issue.url, "comment": a.comment},
+        )
+        print(f"{t.id}  {t.name}  <- {p.issue.url}")
+    skipped = len(planned) - len(specs)
+    print(f"queued {len(tasks)} task(s) from {len(issues)} matching issue(s); {skipped} already imported")
     return 0
 
 
@@ -289,7 +350,11 @@ def cmd_status(ctx: Ctx) -> int:
         return print_gauges(ctx.store, ctx.cfg, ctx.home, as_json=ctx.args.json)
     store = ctx.store
     tasks = store.list_tasks()
+    from fleet_tui.scheduler.pullrequest import link_json, link_line
+    from fleet_tui.scheduler.pullrequest import links as pr_links
+
     now = time.time()
+    links = pr_links(store, tasks)
     if ctx.args.json:
         out = []
         for t in tasks:
@@ -297,6 +362,8 @@ def cmd_status(ctx: Ctx) -> int:
             atts = store.attempts(t.id)
             d["verify_output"] = atts[-1].verify_output if atts else None
             d["last_outcome"] = atts[-1].outcome if atts else None
+            d["pull_request"] = link_json(links.get(t.id))
+            d["issue_url"] = links.get(t.id, {}).get("issue_url")
             out.append(d)
         print(json.dumps(out, indent=1))
         return 0
@@ -316,7 +383,8 @@ def cmd_status(ctx: Ctx) -> int:
             print(
                 f"{'  ' if header else ''}{t.id}  {t.name:<{w}}  {t.status.value:<11} "
                 f"{fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
-                f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}".rstrip()
+                f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}"
+                f"{'  · ' + clean(pr, one_line=True) if (pr := link_line(links.get(t.id))) else ''}".rstrip()
             )
     return 0
 
@@ -440,6 +508,14 @@ def cmd_questions(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.attempt_guard import inside_attempt
+
+    why_inside = inside_attempt()
+    if why_inside is not None:  # an agent must not answer its own or another agent's question
+        raise UserError(
+            f"answer refused: {why_inside}; only a person answers questions "
+            "(from a shell of their own or the cockpit's inbox)"
+        )
     res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
     if not res.ok:
         raise UserError(res.message)
@@ -449,16 +525,17 @@ def cmd_answer(ctx: Ctx) -> int:
 
 def cmd_config(ctx: Ctx) -> int:
     from fleet_tui.config import ConfigError, get_value, set_value
+    from fleet_tui.redact import redact_config_value as _redact
 
     try:
         if ctx.args.action == "get":
-            print(get_value(ctx.config_path, ctx.args.key))
+            print(_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key)))
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
             ctx.ready_home()
             set_value(ctx.config_path, ctx.args.key, ctx.args.value)
-            print(f"{ctx.args.key} = {get_value(ctx.config_path, ctx.args.key)}")
+            print(f"{ctx.args.key} = {_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key))}")
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0
@@ -509,9 +586,10 @@ def cmd_hosts(ctx: Ctx) -> int:
 
 
 def cmd_doctor(ctx: Ctx) -> int:
-    from fleet_tui.coders.base import coder_names, get_coder
+    from fleet_tui.coders.base import coder_names, get_coder, setup_lines
 
     bad = 0
+    user_mcp = ctx.cfg.mcp == "inherit"
     for name in coder_names():
         try:
             c = get_coder(name)
@@ -522,6 +600,9 @@ def cmd_doctor(ctx: Ctx) -> int:
         mark = "ok " if ok else "-- "
         line = f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}"
         print(clean(line, one_line=True))
+        if ok and getattr(c, "program", None):  # what the agent will run with: the user's setup
+            for line in setup_lines(c, user_mcp, ctx.cfg.default_model):
+                print("      " + clean(line, one_line=True))
     try:
         st = ctx.store
         print(clean(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)", one_line=True))
@@ -589,7 +670,8 @@ def cmd_notify(ctx: Ctx) -> int:
 
 
 def cmd_mcp(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.mcp_ask_human import main as mcp_main
+    # the lean entry point: answers the handshake itself, runs the SDK server behind it
+    from fleet_tui.scheduler.mcp_stdio import main as mcp_main
 
     return mcp_main()
 
@@ -652,6 +734,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-retries", type=int)
     a.add_argument("--timeout-min", type=float)
     a.add_argument("--budget-usd", type=float)
+    a.add_argument(
+        "--merge", choices=["manual", "auto", "pr"], default="manual", help="pr: push + pull request"
+    )
     a.add_argument("--notify-done", action="store_true", help="notify when this task is done")
 
     for name in ("load", "validate"):
@@ -670,6 +755,24 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--raw", action="store_true")
     lg.add_argument("--json", action="store_true")
+    im = sub.add_parser("import", help="queue one task per matching GitHub issue (not imported yet)")
+    im.add_argument("source", choices=["github"])
+    im.add_argument("repo", metavar="OWNER/REPO")
+    im.add_argument("--label")
+    im.add_argument("--assignee")
+    im.add_argument("--milestone", help="a milestone number or title")
+    im.add_argument("--cwd", default=".", help="a checkout of the repository")
+    im.add_argument("--coder")
+    im.add_argument("--model")
+    im.add_argument("--git-ref", help="base branch (default with --merge pr: the checkout's branch)")
+    im.add_argument("--merge", choices=["pr", "manual", "auto"], default="pr")
+    im.add_argument("--verify", action="append", default=[], metavar="CMD")
+    im.add_argument("--priority", type=int, default=0)
+    im.add_argument(
+        "--comment",
+        action="store_true",
+        help="comment on the issue when its task starts, parks, opens its PR",
+    )
     for verb in ("kill", "pause", "resume", "retry", "cancel", "merge"):
         s = sub.add_parser(verb, help=f"{verb} a task")
         s.add_argument("task", nargs="?")
@@ -705,6 +808,7 @@ COMMANDS = {
     "retry": cmd_simple,
     "cancel": cmd_simple,
     "merge": cmd_simple,
+    "import": cmd_import,
     "questions": cmd_questions,
     "answer": cmd_answer,
     "config": cmd_config,

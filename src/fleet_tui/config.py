@@ -76,12 +76,14 @@ class Config:
     budget_usd_daily: float | None = None
     retry_backoff_s: tuple[float, ...] = (30.0, 120.0, 480.0)
     question_timeout_min: float = 60.0
+    mcp: Literal["inherit", "fleet-only"] = "inherit"
     on_quit: Literal["ask", "leave", "stop"] = "ask"
     store: str | None = None
     host_tags: tuple[str, ...] = ()
     worktree_setup: str | None = None
     keep_worktrees: bool = False
     sandbox: Literal["none", "bwrap"] = "none"
+    github_poll_s: float = 60.0
     notify: tuple[str, ...] = ()
     notify_events: tuple[str, ...] = ("question", "needs_human", "drained", "rate_limit", "error")
     notify_desktop: Literal["auto", "on", "off"] = "auto"
@@ -178,6 +180,12 @@ KEYS: dict[str, _Key] = {
         "an unanswered question is answered 'no answer; proceed or stop' after this many minutes",
         above=0,
     ),
+    "mcp": _Key(
+        "str",
+        "MCP servers agents see: inherit (the user's own, from each CLI's config, plus ask_human) "
+        "or fleet-only (ask_human only)",
+        choices=("inherit", "fleet-only"),
+    ),
     "host_tags": _Key("strs", "tags of this machine, matched against a task's requires"),
     "worktree_setup": _Key(
         "str", "command run in each new worktree before its agent starts", True, example='"uv sync"'
@@ -188,6 +196,9 @@ KEYS: dict[str, _Key] = {
         "run agents, verifiers and reviewers in a sandbox: bwrap (Linux bubblewrap) or none; a task's "
         "own sandbox key wins (see README, Sandbox)",
         choices=("none", "bwrap"),
+    ),
+    "github_poll_s": _Key(
+        "float", 'seconds between looks at the GitHub state of open pull requests (merge = "pr")', low=1
     ),
     "notify": _Key(
         "strs",

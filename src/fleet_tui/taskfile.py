@@ -277,8 +277,8 @@ def _check_value(key: str, v: Any) -> str | None:
         return f'{key} must be an array of paths like ["~/.cache/pip"], {got}'
     elif key == "notify_done" and not isinstance(v, bool):
         return f"notify_done must be true or false, {got}"
-    elif key == "merge" and v not in ("manual", "auto"):
-        return f'merge must be "manual" or "auto", got {v!r}'
+    elif key == "merge" and v not in ("manual", "auto", "pr"):
+        return f'merge must be "manual", "auto" or "pr", got {v!r}'
     elif key == "env":
         if not isinstance(v, dict):
             return f'env must be a table of strings like {{ FOO = "bar" }}, {got}'
@@ -550,6 +550,10 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
                 f"cwd {cwd_raw!r} {what} ({cwd}; a relative cwd starts at {base})")  # fmt: skip
     elif "git_ref" in v and (msg := checks.git_ref(cwd, v["git_ref"])):
         rep.err(where["git_ref"], msg)
+    if v.get("merge") == "pr" and not v.get("git_ref"):
+        rep.err(
+            where.get("merge", raw.header), 'merge = "pr" needs git_ref (the branch a pull request targets)'
+        )
 
 
 def _entries(value: Any) -> list[dict[str, Any]]:

@@ -282,6 +282,13 @@ class Controller:
         task = await anyio.to_thread.run_sync(self.find, ref)
         return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
 
+    async def pull_request(self, ref: str) -> str | None:
+        """The task's pull request in one line (``PR #12 open, checks passing · URL``), or None."""
+        from fleet_tui.scheduler.pullrequest import summary
+
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return None if task is None else await anyio.to_thread.run_sync(summary, self.store, task)
+
     async def diff(self, ref: str) -> str:
         from fleet_tui.scheduler.launch import task_diff
 

@@ -26,6 +26,7 @@ from anyio.abc import TaskGroup
 from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
+from fleet_tui.scheduler import prwatch
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
@@ -183,6 +184,7 @@ class Engine(Controller):
                 outer.start_soon(self._lease_loop)
                 outer.start_soon(self._writer_loop)
                 outer.start_soon(self._command_loop)
+                outer.start_soon(prwatch.watch, self)  # pull request state, issue comments
                 outer.start_soon(notify.watch, self)  # notifications and the loop guard (notify/)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.mcp_ask_human import server_launch
 from fleet_tui.scheduler.model import Attempt, Task
 from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.runner import read_json, spawn_shim
@@ -238,15 +238,9 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
 
         wtmark.mark(engine.home, workdir.name, getattr(store, "url", ""), task.id, adir)
     (adir / "prompt.txt").write_text(prompt)
-    store_url = getattr(store, "url", "")
-    mcp_env = {
-        "FLEET_HOME": str(engine.home),
-        "FLEET_STORE": store_url,
-        "FLEET_TASK_ID": task.id,
-        "FLEET_ATTEMPT": str(task.attempt),
-        "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60),
-    }
-    mcp_command: tuple[str, ...] = (sys.executable, "-m", "fleet_tui", "mcp-ask-human")
+    mcp_command, mcp_env = server_launch(
+        store, engine.home, task.id, task.attempt, engine.cfg.question_timeout_min * 60, adir
+    )
     sandboxed = sandbox_mode != "none"
     ctx = AttemptContext(
         task=task,
@@ -259,6 +253,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         # sandboxed, the agent starts a relay to the sandbox's broker, which runs the real server
         mcp_command=sandbox.mcp_relay_command() if sandboxed else mcp_command,
         mcp_env={} if sandboxed else mcp_env,
+        user_mcp=engine.cfg.mcp == "inherit",
     )
     try:
         coder.prepare(ctx)
@@ -268,7 +263,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     except (ValueError, OSError) as e:
         raise LaunchError(f"{name}: {e}") from e
     env = dict(os.environ)
-    for k in ("FLEET_PROMPT",):
+    for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
         env.pop(k, None)
     env.update(
         {
@@ -452,6 +447,11 @@ def after_done(engine: Engine, task: Task) -> None:
     try:
         if info.path.exists():
             wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
+        if task.spec.merge == "pr":  # push + pull request (pullrequest.py); failures park the task
+            from fleet_tui.scheduler.pullrequest import publish
+
+            _publish(engine, publish(engine, task, info).task)
+            return
         if task.spec.merge != "auto":
             return
         res = _merge_sync(engine, task, info)
@@ -536,7 +536,8 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
     if task is None:
         return CommandResult(False, f"no task {ref!r}")
     if task.status != TaskStatus.DONE and not (
-        task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("merge_conflict")
+        task.status == TaskStatus.NEEDS_HUMAN
+        and (task.reason or "").startswith(("merge_conflict", "push_rejected", "pull_request_failed"))
     ):
         return CommandResult(False, f"{task.name} is {task.status.value}: only done tasks merge")
     info = load_worktree(engine.home, task.id)
@@ -544,6 +545,10 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
         return CommandResult(
             False, f"{task.name} ran without git_ref (in place): there is no branch to merge"
         )
+    if task.spec.merge == "pr":  # merge = "pr": (re)push and open/update the pull request
+        from fleet_tui.scheduler.pullrequest import publish
+
+        return await anyio.to_thread.run_sync(lambda: publish(engine, task, info))
     return await anyio.to_thread.run_sync(lambda: _merge_sync(engine, task, info))
 
 

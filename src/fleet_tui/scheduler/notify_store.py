@@ -12,25 +12,15 @@ migration: it is independent of every other table, and an older fleet-tui ignore
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from fleet_tui.scheduler.model import NotifyStats
 
 SQL_TABLE = """CREATE TABLE IF NOT EXISTS notifications (
   key TEXT PRIMARY KEY, kind TEXT NOT NULL, task_id TEXT, title TEXT, body TEXT,
   created_at {real} NOT NULL, owner TEXT, status TEXT NOT NULL DEFAULT 'sending',
   detail TEXT, sent_at {real}
 )"""
-
-
-@dataclass(frozen=True)
-class NotifyStats:
-    """How sending went, over the store's whole history (shown by ``doctor``)."""
-
-    sent: int = 0
-    failed: int = 0
-    sending: int = 0
-    last_failure: str | None = None
-    last_failure_at: float | None = None
 
 
 def _stats(rows: list[Any], last: Any) -> NotifyStats:

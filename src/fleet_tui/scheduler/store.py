@@ -26,6 +26,7 @@ from fleet_tui.scheduler.model import (
     Command,
     Event,
     Host,
+    NotifyStats,
     Question,
     RateLimit,
     Task,
@@ -34,7 +35,6 @@ from fleet_tui.scheduler.model import (
     Usage,
     VerifySpec,
 )
-from fleet_tui.scheduler.notify_store import NotifyStats
 from fleet_tui.scheduler.states import TaskStatus
 
 
@@ -55,7 +55,9 @@ TASK_COLUMNS: tuple[str, ...] = tuple(
 ATTEMPT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt) if f.name not in ("task_id", "n"))
 
 
-_counter = itertools.count()
+# Starts at a random value per process: two processes adding tasks in the same millisecond would
+# otherwise share the counter's value and rely on 16 random bits alone (a collision was seen).
+_counter = itertools.count(secrets.randbelow(0x100))
 
 
 def new_id(prefix: str = "t") -> str:
