@@ -20,7 +20,16 @@ from typing import Any
 import anyio
 
 from fleet_tui import __version__, wheel_cli
-from fleet_tui.report import elapsed, event_json, event_line, fmt_dur, print_graph, task_json, why
+from fleet_tui.report import (
+    elapsed,
+    event_json,
+    event_line,
+    fmt_dur,
+    group_by_repo,
+    print_graph,
+    task_json,
+    why,
+)
 from fleet_tui.scheduler.inbox import sanitize_for_display as clean
 
 
@@ -365,13 +374,18 @@ def cmd_status(ctx: Ctx) -> int:
         return 0
     names = {t.name: t for t in tasks}
     w = max(len(t.name) for t in tasks)
-    for t in tasks:
-        coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
-        print(
-            f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}"
-            f"{'  · ' + clean(pr, one_line=True) if (pr := link_line(links.get(t.id))) else ''}".rstrip()
-        )
+    groups = group_by_repo(tasks) if ctx.args.group == "repo" else [("", tasks)]
+    for header, members in groups:
+        if header:
+            print(header)
+        for t in members:
+            coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
+            print(
+                f"{'  ' if header else ''}{t.id}  {t.name:<{w}}  {t.status.value:<11} "
+                f"{fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
+                f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}"
+                f"{'  · ' + clean(pr, one_line=True) if (pr := link_line(links.get(t.id))) else ''}".rstrip()
+            )
     return 0
 
 
@@ -494,6 +508,14 @@ def cmd_questions(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.attempt_guard import inside_attempt
+
+    why_inside = inside_attempt()
+    if why_inside is not None:  # an agent must not answer its own or another agent's question
+        raise UserError(
+            f"answer refused: {why_inside}; only a person answers questions "
+            "(from a shell of their own or the cockpit's inbox)"
+        )
     res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
     if not res.ok:
         raise UserError(res.message)
@@ -503,16 +525,17 @@ def cmd_answer(ctx: Ctx) -> int:
 
 def cmd_config(ctx: Ctx) -> int:
     from fleet_tui.config import ConfigError, get_value, set_value
+    from fleet_tui.redact import redact_config_value as _redact
 
     try:
         if ctx.args.action == "get":
-            print(get_value(ctx.config_path, ctx.args.key))
+            print(_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key)))
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
             ctx.ready_home()
             set_value(ctx.config_path, ctx.args.key, ctx.args.value)
-            print(f"{ctx.args.key} = {get_value(ctx.config_path, ctx.args.key)}")
+            print(f"{ctx.args.key} = {_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key))}")
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0
@@ -563,9 +586,10 @@ def cmd_hosts(ctx: Ctx) -> int:
 
 
 def cmd_doctor(ctx: Ctx) -> int:
-    from fleet_tui.coders.base import coder_names, get_coder
+    from fleet_tui.coders.base import coder_names, get_coder, setup_lines
 
     bad = 0
+    user_mcp = ctx.cfg.mcp == "inherit"
     for name in coder_names():
         try:
             c = get_coder(name)
@@ -576,6 +600,9 @@ def cmd_doctor(ctx: Ctx) -> int:
         mark = "ok " if ok else "-- "
         line = f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}"
         print(clean(line, one_line=True))
+        if ok and getattr(c, "program", None):  # what the agent will run with: the user's setup
+            for line in setup_lines(c, user_mcp, ctx.cfg.default_model):
+                print("      " + clean(line, one_line=True))
     try:
         st = ctx.store
         print(clean(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)", one_line=True))
@@ -643,7 +670,8 @@ def cmd_notify(ctx: Ctx) -> int:
 
 
 def cmd_mcp(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.mcp_ask_human import main as mcp_main
+    # the lean entry point: answers the handshake itself, runs the SDK server behind it
+    from fleet_tui.scheduler.mcp_stdio import main as mcp_main
 
     return mcp_main()
 
@@ -718,6 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="one line per task")
     st.add_argument("--json", action="store_true")
     st.add_argument("--graph", action="store_true")
+    st.add_argument("--group", choices=["repo"], help="group the lines by repository, like the cockpit")
     st.add_argument(
         "--gauges", action="store_true", help="the gauges as text bars and sparklines (with --json: figures)"
     )

@@ -76,6 +76,7 @@ class Config:
     budget_usd_daily: float | None = None
     retry_backoff_s: tuple[float, ...] = (30.0, 120.0, 480.0)
     question_timeout_min: float = 60.0
+    mcp: Literal["inherit", "fleet-only"] = "inherit"
     on_quit: Literal["ask", "leave", "stop"] = "ask"
     store: str | None = None
     host_tags: tuple[str, ...] = ()
@@ -179,6 +180,12 @@ KEYS: dict[str, _Key] = {
         "float",
         "an unanswered question is answered 'no answer; proceed or stop' after this many minutes",
         above=0,
+    ),
+    "mcp": _Key(
+        "str",
+        "MCP servers agents see: inherit (the user's own, from each CLI's config, plus ask_human) "
+        "or fleet-only (ask_human only)",
+        choices=("inherit", "fleet-only"),
     ),
     "host_tags": _Key("strs", "tags of this machine, matched against a task's requires"),
     "worktree_setup": _Key(

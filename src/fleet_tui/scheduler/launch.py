@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.mcp_ask_human import server_launch
 from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.runner import read_json, spawn_shim
@@ -243,15 +243,9 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         from fleet_tui.scheduler import wtmark
 
         wtmark.mark(engine.home, workdir.name, getattr(store, "url", ""), task.id, adir)
-    store_url = getattr(store, "url", "")
-    mcp_env = {
-        "FLEET_HOME": str(engine.home),
-        "FLEET_STORE": store_url,
-        "FLEET_TASK_ID": task.id,
-        "FLEET_ATTEMPT": str(task.attempt),
-        "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60),
-    }
-    mcp_command: tuple[str, ...] = (sys.executable, "-m", "fleet_tui", "mcp-ask-human")
+    mcp_command, mcp_env = server_launch(
+        store, engine.home, task.id, task.attempt, engine.cfg.question_timeout_min * 60, adir
+    )
     sandboxed = sandbox_mode != "none"
     ctx = AttemptContext(
         task=task,
@@ -264,6 +258,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         # sandboxed, the agent starts a relay to the sandbox's broker, which runs the real server
         mcp_command=sandbox.mcp_relay_command() if sandboxed else mcp_command,
         mcp_env={} if sandboxed else mcp_env,
+        user_mcp=(task.spec.mcp or engine.cfg.mcp) == "inherit",
     )
     try:
         cmd = followup.command(coder, ctx, plan, Path(prev.dir) if prev is not None and prev.dir else None)
@@ -276,7 +271,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     (adir / "prompt.txt").write_text(prompt)
     followup.record(adir, plan, cmd)
     env = dict(os.environ)
-    for k in ("FLEET_PROMPT",):
+    for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
         env.pop(k, None)
     env.update(
         {
