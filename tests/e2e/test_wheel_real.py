@@ -192,32 +192,6 @@ def test_codex_send_on_a_done_task_continues_with_the_message(fl: Fleet) -> None
     assert s[1] == s[2], s
 
 
-# -- OpenCode --------------------------------------------------------------------------------------
-
-
-def test_opencode_retry_continues_the_same_session(fl: Fleet, tmp_path: Path) -> None:
-    require_program("opencode")
-    with serve_anthropic([Text("First try: done."), Text("Added the docstring.")]) as (url, rec):
-        fl.env.update(
-            ANTHROPIC_API_KEY="sk-ant-fake",
-            FLEET_OPENCODE_ANTHROPIC_BASE_URL=url + "/v1",
-            OPENCODE_DISABLE_MODELS_FETCH="1",
-            XDG_DATA_HOME=str(fl.user_home / ".local" / "share"),
-        )
-        fl.add("opencode", "doc", "Write a module docstring", "--verify", fails_once(tmp_path),
-               "--model", "anthropic/claude-sonnet-4-5")  # fmt: skip
-        fl.run_until_idle()
-        calls = rec.model_requests()
-    t = fl.task("doc")
-    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("doc"))
-    second = anthropic_texts(calls[-1])
-    assert any("Write a module docstring" in x for x in second[:-1]), second
-    assert any("First try: done." in x for x in second[:-1]), second
-    assert "VERIFY-SAYS-MISSING-DOCSTRING" in second[-1], second
-    s = sessions(fl, "doc")
-    assert len(s[1]) == 1 and s[1] == s[2], s
-
-
 # -- Gemini CLI ------------------------------------------------------------------------------------
 
 
