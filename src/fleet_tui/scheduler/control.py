@@ -193,6 +193,17 @@ class Controller:
             return CommandResult(False, f"{task.name} is done; add a new task to redo it")
         if task.status == TaskStatus.QUEUED:
             return await self._direct(task, TaskStatus.QUEUED, "retry by user", not_before=None)
+        if task.status not in ACTIVE:
+            deps = await anyio.to_thread.run_sync(self.store.dependencies, task.id)
+            parked = [d for d in deps if d.status in PARKED]
+            if parked:  # it would only wait for a parent that waits for a person
+                d = parked[0]
+                return CommandResult(
+                    False,
+                    f"cannot retry {task.name}: it depends on {d.name}, which is {d.status.value}"
+                    + (f" ({d.reason})" if d.reason else "")
+                    + f"; retry {d.name} first (its dependents come back with it)",
+                )
         res = await self._on_running(task, "retry")
         if res is not None:
             return res
@@ -296,8 +307,31 @@ def _read_shim(d: Path) -> dict[str, object] | None:
     return read_json(d / "shim.json")
 
 
+def failed_parent(reason: str | None) -> str | None:
+    """The direct parent named by a ``dependency_failed`` reason, or None."""
+    if not reason or not reason.startswith("dependency_failed:"):
+        return None
+    rest = reason[len("dependency_failed:") :].split()
+    return rest[0] if rest else None
+
+
+def _root_cause(task: Task) -> tuple[str, str]:
+    """The task whose own failure parks a chain, and why (``retries_exhausted``, ``cancelled``...)."""
+    why = task.reason or task.status.value
+    if task.status == TaskStatus.CANCELLED:
+        why = "cancelled"
+    parent = failed_parent(task.reason)
+    if parent is not None and task.status == TaskStatus.NEEDS_HUMAN:  # parked by an earlier cascade
+        head, _, cause = why.partition(" (")
+        root = head.split("← ", 1)[1].strip() if "← " in head else parent
+        return root, cause[:-1] if cause.endswith(")") else (cause or "dependency_failed")
+    return task.name, (why if len(why) <= 80 else why[:79] + "…")
+
+
 def cascade_failure(store: Store, task: Task, now: float, actor: str | None) -> list[Task]:
-    """Park every dependent of a parked/cancelled task, down the whole chain."""
+    """Park every dependent of a parked/cancelled task, down the whole chain. Each says its direct
+    parent and the root cause: ``dependency_failed: mid ← base (retries_exhausted)``."""
+    root, why = _root_cause(task)
     out: list[Task] = []
     stack = [task]
     while stack:
@@ -307,7 +341,9 @@ def cascade_failure(store: Store, task: Task, now: float, actor: str | None) -> 
                 new = store.transition(
                     dep.id,
                     TaskStatus.NEEDS_HUMAN,
-                    reason=f"dependency_failed:{cur.name}",
+                    reason=f"dependency_failed: {cur.name}"
+                    + (f" ← {root}" if cur.name != root else "")
+                    + f" ({why})",
                     now=now,
                     expect=[dep.status],
                     actor=actor,
@@ -325,7 +361,7 @@ def cascade_restore(store: Store, task: Task, now: float, actor: str | None) -> 
     while stack:
         cur = stack.pop()
         for dep in store.dependents(cur.id):
-            if dep.status == TaskStatus.NEEDS_HUMAN and (dep.reason or "") == f"dependency_failed:{cur.name}":
+            if dep.status == TaskStatus.NEEDS_HUMAN and failed_parent(dep.reason) == cur.name:
                 new = store.transition(
                     dep.id,
                     TaskStatus.QUEUED,

@@ -65,6 +65,9 @@ class Running:
         self.done = anyio.Event()
         self.peak_mem = 0
         self.metrics_at = 0.0
+        #: what the task's earlier attempts spent: budgets and usage cover the whole task
+        self.base_cost = 0.0
+        self.base_tokens = 0
 
 
 class Engine(Controller):
@@ -349,12 +352,16 @@ class Engine(Controller):
         self._launch_runner(task, launch)
 
     def _launch_runner(self, task: Task, launch: Launch, adopted: bool = False) -> None:
+        earlier = [a for a in self.store.attempts(task.id) if a.n < task.attempt]
+        base_cost = sum(a.cost_usd or 0.0 for a in earlier)
+        base_tokens = sum(a.tokens or 0 for a in earlier)
+        budget = task.spec.budget_usd
         limits = RunLimits(
             max_line_bytes=self.cfg.max_line_bytes,
             stall_s=(task.spec.stall_min or self.cfg.stall_min) * 60,
             timeout_s=(task.spec.timeout_min or self.cfg.timeout_min) * 60,
             context_share=self.cfg.context_handoff_share,
-            budget_usd=task.spec.budget_usd,
+            budget_usd=None if budget is None else max(0.0, budget - base_cost),
             grace_s=self.cfg.kill_grace_s,
         )
         tid, n = task.id, task.attempt
@@ -387,6 +394,7 @@ class Engine(Controller):
             launch.coder_name,
             account_of(launch.coder_name, task.model or task.spec.model),
         )
+        running.base_cost, running.base_tokens = base_cost, base_tokens
         self.runners[tid] = running
         assert self._tg is not None
         self._tg.start_soon(self._supervise, running, launch)
@@ -418,19 +426,26 @@ class Engine(Controller):
         if time.monotonic() - r.metrics_at < 1.0 and ru.shim_alive():
             return  # usage figures reach the store (and the cockpit) once a second
         r.metrics_at = time.monotonic()
+        # a task's tokens and cost cover all its attempts (and reviews): earlier ones + this one
         changes: dict[str, Any] = {}
-        if ru.tokens != r.task.tokens:
-            changes["tokens"] = ru.tokens
-        if ru.cost_usd is not None and ru.cost_usd != r.task.cost_usd:
-            changes["cost_usd"] = ru.cost_usd
+        if r.base_tokens + ru.tokens != r.task.tokens:
+            changes["tokens"] = r.base_tokens + ru.tokens
+        if ru.cost_usd is not None and r.base_cost + ru.cost_usd != r.task.cost_usd:
+            changes["cost_usd"] = r.base_cost + ru.cost_usd
         if ru.context_tokens != r.task.context_tokens and ru.context_tokens is not None:
             changes["context_tokens"] = ru.context_tokens
         if ru.context_window != r.task.context_window and ru.context_window is not None:
             changes["context_window"] = ru.context_window
         if changes:
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
-            )
+
+            def write() -> Task | None:
+                # the attempt's own figures too, so today's spend (the gauge) counts a live attempt
+                self.store.update_attempt(
+                    tid, n, owner=self.owner, cost_usd=ru.cost_usd or 0.0, tokens=ru.tokens
+                )
+                return self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
+
+            new = await anyio.to_thread.run_sync(write)
             if new is None:
                 ru.stop("lease_lost", "another engine owns this task now")
             else:

@@ -17,6 +17,7 @@ import anyio
 
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.control import cascade_failure
+from fleet_tui.scheduler.evidence import nothing_done
 from fleet_tui.scheduler.model import EngineEvent, Event, Task
 from fleet_tui.scheduler.outcome import after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult
@@ -63,7 +64,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             await anyio.to_thread.run_sync(commit_leftovers, engine, task)
         except Exception as e:
             engine.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
-    v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0))
+    v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0), r.base_cost)
     if v.crashed:  # crashes use no retry, so a task that always crashes must not loop forever
         earlier = await anyio.to_thread.run_sync(engine.store.attempts, task.id)
         streak = 1
@@ -108,9 +109,18 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         engine.publish_task(moved)
         workdir = Path(task.workdir or task.spec.cwd)
         reviewer = engine.reviewer(task)
+        since = task.attempt_started_at or now
+        did_nothing = await anyio.to_thread.run_sync(
+            lambda: nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
+        )
         vr = await anyio.to_thread.run_sync(
             lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer)
         )
+        # a review is part of the task's cost (and of today's spend, through the attempt record)
+        review_cost = float(getattr(reviewer, "cost_usd", 0.0) or 0.0)
+        review_tokens = int(getattr(reviewer, "tokens", 0) or 0)
+        att_fields["cost_usd"] += review_cost
+        att_fields["tokens"] += review_tokens
         verify_out = vr.output or None
         if vr.output:
             await engine._sink(
@@ -132,10 +142,11 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         v = after_verify(
             moved,
             vr.passed,
-            vr.label,
+            getattr(vr, "reason", None) or vr.label,
             res.outcome.claimed_success or res.exit_code == 0,
             engine.policy(),
             engine.clock(),
+            nothing_done=did_nothing,
         )
         task = moved
         att_fields["outcome"] = v.outcome
@@ -147,7 +158,24 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         return  # the claim was lost while we finished: the new owner's record stands
     if v.status is None:
         return
+    # the task's usage covers every attempt and review: what came before plus this attempt
+    total_cost = r.base_cost + att_fields["cost_usd"]
+    budget = task.spec.budget_usd
+    over = budget is not None and total_cost >= budget
+    if v.status == TaskStatus.QUEUED and over and v.outcome != "killed" and not v.crashed:
+        # another attempt could only overspend: the budget is for the whole task
+        v = replace(
+            v,
+            status=TaskStatus.NEEDS_HUMAN,
+            reason=f"over_budget: spent ${total_cost:.2f} of the ${budget:.2f} budget",
+            use_retry=False,
+            handoff=False,
+            not_before=None,
+            outcome=v.outcome,
+        )
     fields: dict[str, Any] = {"paused_running": 0}
+    fields["cost_usd"] = total_cost
+    fields["tokens"] = r.base_tokens + att_fields["tokens"]
     if v.use_retry:
         fields["retries_used"] = task.retries_used + 1
     if v.handoff:
@@ -158,8 +186,6 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         fields["not_before"] = v.not_before
     if res.outcome.result_text or res.last_text:
         fields["result_text"] = res.outcome.result_text or res.last_text
-    if res.cost_usd is not None:
-        fields["cost_usd"] = (task.cost_usd if task.attempt_started_at else 0.0) or res.cost_usd
     status = v.status
     new = await anyio.to_thread.run_sync(
         lambda: engine.store.transition(
