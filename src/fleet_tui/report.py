@@ -12,13 +12,7 @@ import time
 from typing import Any
 
 from fleet_tui.scheduler.inbox import sanitize_for_display
-
-
-def elapsed(t: Any, now: float) -> float | None:
-    if t.started_at is None:
-        return None
-    end = t.finished_at if t.status.value in ("done", "cancelled", "needs_human") and t.finished_at else now
-    return max(0.0, end - (t.attempt_started_at or t.started_at))
+from fleet_tui.scheduler.timing import elapsed
 
 
 def task_json(t: Any, now: float) -> dict[str, Any]:

@@ -323,11 +323,17 @@ def test_retry_backoff_grows_jittered_and_repeats_its_last_step() -> None:
         ({"false_completions": 2}, False, False, False, S.QUEUED, "verify_failed: run: x", False),
         # max_retries=2: the third failed verification parks with what happened
         ({"retries_used": 2}, False, True, False, S.NEEDS_HUMAN, "verify_failed: run: x", False),
-        ({"retries_used": 2, "max_retries": 2}, False, False, False, S.NEEDS_HUMAN, "verify_failed: run: x", False),
+        ({"retries_used": 2}, False, False, False, S.NEEDS_HUMAN, "verify_failed: run: x", False),
     ],
 )
 def test_after_verify_table(
-    task_kw: dict[str, Any], passed: bool, claimed: bool, nothing: bool, status: S, reason: str | None, fc: bool
+    task_kw: dict[str, Any],
+    passed: bool,
+    claimed: bool,
+    nothing: bool,
+    status: S,
+    reason: str | None,
+    fc: bool,
 ) -> None:
     v = after_verify(
         _task(**task_kw), passed, None if passed else "run: x", claimed, POLICY, NOW, nothing_done=nothing
@@ -339,7 +345,8 @@ def test_a_finished_agent_over_the_context_line_is_verified_not_handed_off() -> 
     """Point 2: exit 0 with a success result, stopped for context pressure meanwhile: verify."""
     v = decide(_task(), _result(stop="context_pressure"), POLICY, NOW)
     assert (v.status, v.verify, v.handoff) == (S.VERIFYING, True, False)
-    mid = decide(_task(), _result("failure", None, stop="context_pressure", exit_reason="stopped"), POLICY, NOW)
+    stopped = _result("failure", None, stop="context_pressure", exit_reason="stopped")
+    mid = decide(_task(), stopped, POLICY, NOW)
     assert (mid.status, mid.handoff) == (S.QUEUED, True)
 
 

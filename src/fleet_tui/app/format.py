@@ -15,7 +15,7 @@ from rich.style import Style
 from rich.text import Text
 
 from fleet_tui.scheduler.model import Event, Gauges, Question, RateLimit, Snapshot, Task
-from fleet_tui.scheduler.states import ACTIVE, TaskStatus
+from fleet_tui.scheduler.states import TaskStatus
 
 #: one glyph per state; "asking" overrides the state's glyph
 GLYPHS: dict[str, str] = {
@@ -126,14 +126,10 @@ def state_text(task: Task, asking: bool = False) -> str:
 
 
 def elapsed(task: Task, now: float) -> float | None:
-    """Time of the current attempt while active, else first start to finish (or now)."""
-    if task.status in ACTIVE:
-        start = task.attempt_started_at or task.started_at
-        return None if start is None else now - start
-    if task.started_at is None:
-        return None
-    end = task.finished_at or (task.updated_at if task.status == TaskStatus.PAUSED else None) or now
-    return end - task.started_at
+    """The one definition the CLI uses too (``scheduler.timing``): the current or last attempt."""
+    from fleet_tui.scheduler.timing import elapsed as attempt_elapsed
+
+    return attempt_elapsed(task, now)
 
 
 def context_pct(task: Task) -> str:

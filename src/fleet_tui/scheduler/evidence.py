@@ -50,7 +50,8 @@ def changed_since(workdir: Path, since: float, skip: Sequence[Path] = ()) -> boo
 
 def missing_artifacts(specs: Sequence[VerifySpec], workdir: Path) -> list[str]:
     """Artifacts the task asks for that do not exist at all."""
-    return [v.path or "" for v in specs if v.kind == "artifact" and not (Path(workdir) / (v.path or "")).exists()]
+    root = Path(workdir)
+    return [v.path or "" for v in specs if v.kind == "artifact" and not (root / (v.path or "")).exists()]
 
 
 def nothing_done(specs: Sequence[VerifySpec], workdir: Path, since: float, skip: Sequence[Path] = ()) -> bool:

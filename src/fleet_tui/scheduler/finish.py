@@ -187,6 +187,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
     if res.outcome.result_text or res.last_text:
         fields["result_text"] = res.outcome.result_text or res.last_text
     status = v.status
+    assert status is not None  # checked above; the budget only moves a retry to needs_human
     new = await anyio.to_thread.run_sync(
         lambda: engine.store.transition(
             task.id,

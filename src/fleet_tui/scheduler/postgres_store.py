@@ -72,6 +72,10 @@ def _sets(fields: dict[str, Any], writable: frozenset[str], what: str) -> tuple[
     return ", ".join(f"{k} = %s" for k in fields), [_val(k, v) for k, v in fields.items()]
 
 
+#: a task moved between these (a merge, a merge conflict) keeps its finished_at
+_FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
+
+
 class PostgresStore(PgBase):
     """The Store contract on PostgreSQL (see ``store.Store`` for each method's meaning).
 
@@ -291,6 +295,7 @@ RETURNING id, attempt"""
             if (
                 dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
                 and "finished_at" not in fields
+                and (row["finished_at"] is None or src not in _FINISHED)
             ):
                 sets["finished_at"] = now
             if (

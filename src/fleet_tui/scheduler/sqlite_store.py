@@ -36,6 +36,9 @@ from fleet_tui.scheduler.store import (
     spec_to_json,
 )
 
+#: a task moved between these (a merge, a merge conflict) keeps its finished_at
+_FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
+
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
 
@@ -221,6 +224,7 @@ RETURNING *"""
             if (
                 dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
                 and "finished_at" not in fields
+                and (cur.finished_at is None or cur.status not in _FINISHED)
             ):
                 sets["finished_at"] = now
             if (
