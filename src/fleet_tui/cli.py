@@ -132,7 +132,11 @@ def cmd_add(ctx: Ctx) -> int:
     )
     names, available = _coder_tools()
     problems = validate_spec(
-        spec, known_coders=names, existing_names=ctx.store.task_names(), coder_available=available
+        spec,
+        known_coders=names,
+        existing_names=ctx.store.task_names(),
+        coder_available=available,
+        default_coder=ctx.cfg.default_coder,
     )
     if problems:
         raise UserError("cannot add the task:\n" + "\n".join(f"  {p}" for p in problems))
@@ -151,7 +155,13 @@ def _load(ctx: Ctx, path: str) -> Any:
         raise UserError(f"{path}: no such file")
     names, available = _coder_tools()
     existing = ctx.store.task_names() if ctx.args.cmd == "load" else ()
-    return load_taskfile(p, known_coders=names, existing_names=existing, coder_available=available)
+    return load_taskfile(
+        p,
+        known_coders=names,
+        existing_names=existing,
+        coder_available=available,
+        default_coder=ctx.cfg.default_coder,
+    )
 
 
 def cmd_validate(ctx: Ctx) -> int:
@@ -199,6 +209,16 @@ def cmd_run(ctx: Ctx) -> int:
     engine = _engine(ctx, host=a.host_name, tags=a.tag or ())
     if a.max_concurrent is not None:
         engine.overrides["max_concurrent"] = a.max_concurrent  # the flag wins over hot reloads
+    if a.max_wait is not None:
+        if a.max_wait < 0:
+            raise UserError("--max-wait must be 0 or more seconds")
+        engine.max_wait = a.max_wait
+    from fleet_tui.runlog import RunPrinter, idle_summary
+
+    printer = RunPrinter(as_json=a.json) if not a.quiet else None
+    if printer is not None:
+        printer.prime(ctx.store.list_tasks())
+    stopped: dict[str, Any] = {}
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
@@ -206,26 +226,54 @@ def cmd_run(ctx: Ctx) -> int:
             async def on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
                     async for _ in sigs:
+                        leave = ctx.cfg.on_quit == "leave"
+                        stopped["agents"] = len(engine.runners)
+                        stopped["leave"] = leave
+                        n = stopped["agents"]
+                        what = (
+                            f"leaving {n} agent(s) running for another engine to adopt"
+                            if leave
+                            else f"stopping {n} agent(s); their tasks go back to the queue"
+                        )
                         print(
-                            "fleet-tui: stopping; agents are stopped and their tasks requeued",
+                            f"fleet-tui: signal received: {what}" if n else "fleet-tui: stopping",
                             file=sys.stderr,
                         )
-                        await engine.shutdown(leave_running=ctx.cfg.on_quit == "leave")
+                        await engine.shutdown(leave_running=leave)
                         return
 
+            async def show() -> None:
+                assert printer is not None
+                async for batch in engine.subscribe():
+                    printer.feed(batch)
+
             tg.start_soon(on_signal)
+            if printer is not None:
+                tg.start_soon(show)
             await engine.run(until_idle=a.until_idle)
             tg.cancel_scope.cancel()
 
     anyio.run(main)
-    if a.until_idle:
-        waiting = [(n, r) for n, r in engine.idle_report]
-        if waiting:
-            print(f"idle; {len(waiting)} task(s) still wait:")
-            for n, r in waiting:
-                print(f"  {n}: {r}")
+    if stopped:
+        n = stopped["agents"]
+        if not n:
+            print("stopped; no agent was running", file=sys.stderr)
+        elif stopped["leave"]:
+            print(f"stopped; {n} agent(s) left running for another engine to adopt", file=sys.stderr)
         else:
-            print("idle; nothing waits")
+            print(f"stopped; {n} agent(s) stopped and their tasks requeued", file=sys.stderr)
+        return 0
+    if a.until_idle:
+        store = ctx.store
+        lines, code = idle_summary(
+            store.list_tasks(),
+            engine.idle_report,
+            store.get_setting("fleet_paused") == "1",
+            engine.left_time_waits,
+        )
+        for line in lines:
+            print(line)
+        return code
     return 0
 
 
@@ -262,7 +310,9 @@ def cmd_status(ctx: Ctx) -> int:
 def _task_or_fail(ctx: Ctx, ref: str) -> Any:
     t = ctx.store.get_task(ref)
     if t is None:
-        raise UserError(f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)")
+        from fleet_tui.scheduler.control import no_task_message
+
+        raise UserError(no_task_message(ref, ctx.store.task_names()))
     return t
 
 
@@ -467,10 +517,24 @@ def cmd_demo(ctx: Ctx) -> int:
 
 
 # -- parser -------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with a did-you-mean for a mistyped command or choice (``stauts`` -> ``status``)."""
+
+    def error(self, message: str) -> Any:
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            import difflib
+
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+            if close:
+                message = f"unknown {'command' if self.prog == 'fleet-tui' else 'choice'} {m.group(1)!r}"
+                message += f" — did you mean {close[0]!r}? (`fleet-tui --help` lists them)"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fleet-tui", description="Run many coding agents in parallel from one queue."
-    )
+    p = _Parser(prog="fleet-tui", description="Run many coding agents in parallel from one queue.")
     p.add_argument("--home", help="state folder (default $FLEET_HOME, else ~/.local/state/fleet-tui)")
     p.add_argument(
         "--store", help="store URL (postgresql://... or sqlite:///path); default: fleet.db in the home"
@@ -484,7 +548,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="the cockpit on sample tasks run by the simulated agent")
     sub.add_parser("example", help="print an example tasks.toml (runs with the simulated agent)")
     r = sub.add_parser("run", help="the engine without the UI")
-    r.add_argument("--until-idle", action="store_true")
+    r.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="exit once nothing can change without a person: sits out backoffs and rate-limit "
+        "resets; exit 0 all finished, 3 something needs a person, 4 --max-wait left a wait",
+    )
+    r.add_argument(
+        "--max-wait", type=float, metavar="S", help="with --until-idle: do not sit out a wait longer than S s"
+    )
+    r.add_argument("--quiet", "-q", action="store_true", help="print no line per change, only the end")
+    r.add_argument("--json", action="store_true", help="one JSON object per line for each change")
     r.add_argument("--max-concurrent", type=int)
     r.add_argument("--store", default=argparse.SUPPRESS)  # also accepted before `run`
     r.add_argument("--host-name")

@@ -258,6 +258,8 @@ class _Checks:
     ) -> None:
         self.known = tuple(known_coders)
         self.available = coder_available
+        #: the config's default coder: a task that names none runs with it, so it is checked too
+        self.default_coder: str | None = None
         self._git_cache: dict[tuple[str, ...], tuple[int, str]] = {}
         self._avail: dict[str, tuple[bool, str]] = {}
 
@@ -297,7 +299,11 @@ class _Checks:
                 "(run `git init` there, or drop git_ref to run in the folder itself)"
             )
         if self._git("-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] == 1:
-            return f"git_ref {ref!r} is not a branch, tag or commit in {top}"
+            refs = self._git(
+                "-C", top, "for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags"
+            )
+            hint = did_you_mean(ref, refs[1].split()) if refs[0] == 0 else ""
+            return f"git_ref {ref!r} is not a branch, tag or commit in {top}{hint}"
         return None
 
 
@@ -346,6 +352,7 @@ def load_taskfile(
     known_coders: Collection[str],
     existing_names: Collection[str] = (),
     coder_available: Callable[[str], tuple[bool, str]] | None = None,
+    default_coder: str | None = None,
 ) -> TaskFileResult:
     """Parse and validate a task file, reporting every problem with its file:line.
 
@@ -373,8 +380,9 @@ def load_taskfile(
             rep.err((key,), f"unknown top-level key {key!r}{hint}")
     if "task" not in doc:
         rep.warn(1, "no tasks: add a [[task]] table with a name and a prompt")
-    raws = _check_tasks(doc, Path(path).resolve().parent, _Checks(known_coders, coder_available),
-                        existing_names, rep)  # fmt: skip
+    checks = _Checks(known_coders, coder_available)
+    checks.default_coder = default_coder
+    raws = _check_tasks(doc, Path(path).resolve().parent, checks, existing_names, rep)
     specs = tuple(_build_spec(r.values, f"{fname}:{r.header}") for r in raws if "name" in r.values)
     return TaskFileResult(
         specs=specs,
@@ -476,6 +484,17 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
         rep.warn(where["command"], f"command is only run by the shell coder; coder {coder!r} ignores it")
     if coder is not None and (msg := checks.coder(coder)):
         rep.err(where["coder"], msg)
+    elif (
+        coder is None
+        and "coder" not in raw.broken
+        and checks.default_coder
+        and (msg := checks.coder(checks.default_coder))
+    ):
+        rep.err(
+            raw.header,
+            f"{msg} (it is the default coder: name another with coder = ..., or "
+            "`fleet-tui config set default_coder NAME`)",
+        )
     for k, ver in enumerate(_entries(v.get("verify"))):
         if "coder" in ver and (msg := checks.coder(ver["coder"])):
             rep.err((*where["verify"], k, "coder"), f"verifier: {msg}")
@@ -599,6 +618,7 @@ def validate_spec(
     known_coders: Collection[str],
     existing_names: Collection[str] = (),
     coder_available: Callable[[str], tuple[bool, str]] | None = None,
+    default_coder: str | None = None,
 ) -> list[str]:
     """Problems with one task built outside a file (messages without file:line; [] when fine).
 
@@ -631,5 +651,7 @@ def validate_spec(
             entry["contains"] = list(entry["contains"])
         table.setdefault("artifact" if ver.kind == "artifact" else "verify", []).append(entry)
     rep = _Report("", {})
-    _check_tasks({"task": [table]}, Path.cwd(), _Checks(known_coders, coder_available), existing_names, rep)
+    checks = _Checks(known_coders, coder_available)
+    checks.default_coder = default_coder
+    _check_tasks({"task": [table]}, Path.cwd(), checks, existing_names, rep)
     return [e.message for e in rep.errors]

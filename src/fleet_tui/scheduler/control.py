@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,9 +139,8 @@ class Controller:
     async def _get(self, ref: str) -> Task | CommandResult:
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is None:
-            return CommandResult(
-                False, f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)"
-            )
+            names = await anyio.to_thread.run_sync(self.store.task_names)
+            return CommandResult(False, no_task_message(ref, names))
         return task
 
     async def _on_running(self, task: Task, verb: str) -> CommandResult | None:
@@ -299,6 +298,15 @@ class Controller:
         if self.home is None:
             return "no fleet home known here: cannot find the task's worktree"
         return await anyio.to_thread.run_sync(task_diff, self.home, task)
+
+
+def no_task_message(ref: str, names: Iterable[str]) -> str:
+    """``no task 'k11'`` with a did-you-mean among the store's task names."""
+    import difflib
+
+    close = difflib.get_close_matches(ref, list(names), n=1, cutoff=0.6)
+    hint = f" — did you mean {close[0]!r}?" if close else ""
+    return f"no task {ref!r}{hint} (give an id or a name; `fleet-tui status` lists them)"
 
 
 def _read_shim(d: Path) -> dict[str, object] | None:

@@ -108,6 +108,10 @@ class Engine(Controller):
         self._rl_strikes: dict[str, int] = {}
         self._started = anyio.Event()
         self.idle_report: list[tuple[str, str]] = []
+        #: ``run --until-idle --max-wait S``: do not sit out a time-based wait longer than this
+        self.max_wait: float | None = None
+        #: set when an until-idle run ended with a longer time-based wait left (see max_wait)
+        self.left_time_waits = False
         self.shim_pool: ShimPool | None = None
         self._writes: dict[tuple[str, int], tuple[list[Event], int]] = {}
         self._write_wanted = anyio.Event()
@@ -236,13 +240,22 @@ class Engine(Controller):
                 await next(iter(self.runners.values())).done.wait()
 
     async def _nothing_startable(self) -> bool:
-        """True when no queued task can start now or soon by itself: what is left waits on a time,
-        a person, a parked dependency, tags or a budget. Headroom gates (load, memory, disk) are
-        transient, so a task held only by them keeps ``--until-idle`` waiting."""
+        """True when nothing can change without a person or an outside event: no queued task can
+        start now, and none waits on a time. Headroom gates (load, memory, disk) are transient
+        and time-based waits (a retry's backoff, a rate-limit reset, the daily budget's new day)
+        end by themselves, so ``--until-idle`` sits them out (up to ``max_wait``, if given);
+        what is left waits on a person, a parked dependency, or tags this host lacks."""
         decisions = await self._plan()
         self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
         if any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions):
             return False
+        now = self.clock()
+        timed = [d.retry_at for _, d in decisions if d.retry_at is not None and not d.ok]
+        if timed:
+            soonest = min(timed)
+            if self.max_wait is None or soonest - now <= self.max_wait:
+                return False
+            self.left_time_waits = True
         # tasks still marked running under a dead engine come back once its lease expires:
         # someone has to be there to reclaim them
         orphans = await anyio.to_thread.run_sync(
