@@ -22,6 +22,9 @@ import anyio
 from fleet_tui import __version__
 from fleet_tui.report import elapsed, event_json, event_line, fmt_dur, print_graph, task_json, why
 
+#: commands that only read the store and the config
+READ_ONLY = frozenset({"status", "plan", "hosts", "logs", "questions", "doctor", "validate", "example"})
+
 
 class UserError(Exception):
     """A problem the user can fix; printed without a traceback, exit 1."""
@@ -54,13 +57,31 @@ class Ctx:
     @property
     def cfg(self) -> Any:
         if self._cfg is None:
-            from fleet_tui.config import ConfigError, load_config
+            from fleet_tui.config import ConfigError, load_config, load_config_lenient
 
             try:
                 self._cfg = load_config(self.config_path)
             except ConfigError as e:
-                raise UserError(str(e)) from e
+                if not self.read_only:
+                    raise UserError(
+                        f"{e}\nfix the config first (`fleet-tui config set KEY VALUE` or an editor)"
+                    ) from e
+                # looking must keep working while the file is broken: say so, use what is valid
+                self._cfg, _ = load_config_lenient(self.config_path)
+                print(
+                    f"fleet-tui: warning: the config is broken; its valid keys are used, defaults "
+                    f"for the rest:\n{e}\nfix: `fleet-tui config set KEY VALUE` or edit {self.config_path}",
+                    file=sys.stderr,
+                )
         return self._cfg
+
+    @property
+    def read_only(self) -> bool:
+        """Commands that only look: they work (with a warning) while config.toml is broken."""
+        cmd = getattr(self.args, "cmd", None)
+        if cmd == "config":
+            return getattr(self.args, "action", None) == "get"
+        return cmd in READ_ONLY
 
     @property
     def store(self) -> Any:
@@ -408,17 +429,30 @@ def cmd_answer(ctx: Ctx) -> int:
 
 
 def cmd_config(ctx: Ctx) -> int:
-    from fleet_tui.config import ConfigError, get_value, set_value
+    from fleet_tui.config import KEYS, ConfigError, format_value, get_value, set_value
 
+    key = ctx.args.key
     try:
         if ctx.args.action == "get":
-            print(get_value(ctx.config_path, ctx.args.key))
+            try:
+                print(get_value(ctx.config_path, key))
+            except ConfigError:
+                if key not in KEYS:
+                    raise
+                print(format_value(getattr(ctx.cfg, key)))  # lenient, with a warning on stderr
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
             ctx.home.mkdir(parents=True, exist_ok=True)
-            set_value(ctx.config_path, ctx.args.key, ctx.args.value)
-            print(f"{ctx.args.key} = {get_value(ctx.config_path, ctx.args.key)}")
+            left = set_value(ctx.config_path, key, ctx.args.value)
+            from fleet_tui.config import load_config_lenient, parse_value
+
+            if left:
+                shown = format_value(parse_value(key, ctx.args.value))
+                print(f"{key} = {shown}")
+                print("the config still has problems:\n" + "\n".join(left), file=sys.stderr)
+            else:
+                print(f"{key} = {format_value(getattr(load_config_lenient(ctx.config_path)[0], key))}")
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0

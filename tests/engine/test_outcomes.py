@@ -766,7 +766,9 @@ async def test_high_utilisation_holds_new_spawns_before_the_limit(make_fleet: Ca
         f.spec("next-a", "@sim steps=1", model="acct-a", priority=5),
         f.spec("next-b", "@sim steps=1", model="acct-b"),
     )
+    f.engine.max_wait = 60  # until-idle sits out a reset; this one is an hour away
     await f.idle()
+    assert f.engine.left_time_waits
     t = await f.task("next-a")
     assert (t.status, t.waiting) == (S.QUEUED, "rate limit sim:acct-a at 95% >= 90%")
     assert (await f.task("next-b")).status == S.DONE
