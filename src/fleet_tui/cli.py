@@ -388,6 +388,8 @@ def cmd_simple(ctx: Ctx) -> int:
 
 
 def cmd_questions(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.inbox import choices, free_text
+
     qs = ctx.store.pending_questions()
     names = {t.id: t.name for t in ctx.store.list_tasks()}
     if ctx.args.json:
@@ -401,7 +403,8 @@ def cmd_questions(ctx: Ctx) -> int:
                         "attempt": q.attempt,
                         "asked_at": q.asked_at,
                         "text": q.text,
-                        "options": list(q.options),
+                        "options": list(choices(q)),
+                        "free_text": free_text(q),
                         "status": q.status,
                     }
                     for q in qs
@@ -415,7 +418,10 @@ def cmd_questions(ctx: Ctx) -> int:
     from fleet_tui.scheduler.inbox import sanitize_for_display as clean
 
     for q in qs:  # agent-provided text is data: never let it drive the terminal
-        opts = f"  [{' | '.join(clean(o, one_line=True) for o in q.options)}]" if q.options else ""
+        shown = [clean(o, one_line=True) for o in choices(q)]
+        if shown and free_text(q):
+            shown.append("or any answer")
+        opts = f"  [{' | '.join(shown)}]" if shown else ""
         print(f"{q.id}  {names.get(q.task_id, q.task_id)}: {clean(q.text, one_line=True)}{opts}")
     return 0
 

@@ -259,6 +259,13 @@ class Controller:
         q = await anyio.to_thread.run_sync(self.store.get_question, question_id)
         if q is None:
             return CommandResult(False, f"no question {question_id!r} (`fleet-tui questions` lists them)")
+        if q.status == "pending":
+            from fleet_tui.scheduler.inbox import check_answer
+
+            checked, why = check_answer(q, text)
+            if checked is None:
+                return CommandResult(False, f"{why}; answer with one of them")
+            text = checked
         ok = await anyio.to_thread.run_sync(
             self.store.answer_question, question_id, text, self.actor, self.clock()
         )

@@ -66,7 +66,8 @@ Never ask the person to type a password, token or other credential into the answ
 type credentials yourself: ask them to complete the login themselves, then tell you when done.
 
 Put everything needed to decide in `question` (what you found, what you propose); give `options`
-when the answer is a choice. The call blocks until someone answers, then returns their answer
+when the answer is a choice (the person must pick one; set `allow_free_text` when other answers
+are fine too). The call blocks until someone answers, then returns their answer
 as text. If nobody answers in time it returns a "no answer" message: then proceed with your best
 judgement only if that is safe and reversible, otherwise stop and explain what you need."""
 
@@ -192,7 +193,11 @@ class Asker:
             self._store = None
 
     async def ask(
-        self, question: str, options: list[str] | None = None, progress: Progress | None = None
+        self,
+        question: str,
+        options: list[str] | None = None,
+        progress: Progress | None = None,
+        allow_free_text: bool = False,
     ) -> str:
         """Store the question, wait for it to be answered / cancelled / expired, return the text."""
         store = await self.store()
@@ -205,7 +210,7 @@ class Asker:
             )
         try:
             q = await anyio.to_thread.run_sync(
-                inbox.ask, store, env.task_id, env.attempt, question, options, self.clock()
+                inbox.ask, store, env.task_id, env.attempt, question, options, self.clock(), allow_free_text
             )
         except inbox.InboxError as e:
             raise AskError(str(e)) from e
@@ -304,8 +309,12 @@ def build_server(environ: Mapping[str, str] | None = None, **asker_kw: Any) -> A
         question: Annotated[str, Field(description="The question, with what the person needs to decide it.")],
         options: Annotated[
             list[str] | None,
-            Field(description="Possible answers when it is a choice (the person may still answer freely)."),
+            Field(description="Possible answers when it is a choice; the person must pick one of them."),
         ] = None,
+        allow_free_text: Annotated[
+            bool,
+            Field(description="With options: true when any other answer is fine too (they are suggestions)."),
+        ] = False,
         ctx: Context | None = None,
     ) -> str:
         if asker is None:
@@ -317,7 +326,7 @@ def build_server(environ: Mapping[str, str] | None = None, **asker_kw: Any) -> A
                 await ctx.report_progress(elapsed, None, message)
 
         try:
-            return await asker.ask(question, options, progress)
+            return await asker.ask(question, options, progress, allow_free_text)
         except AskError as e:
             raise ToolError(str(e)) from e
 
