@@ -298,10 +298,37 @@ def cmd_run(ctx: Ctx) -> int:
     return 0
 
 
+def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
+    """With no engine live, stored waiting reasons are stale (nobody re-plans): say so on stderr
+    and compute them now, as ``plan`` does. With an engine live, they are its own, fresh."""
+    import dataclasses
+
+    store = ctx.store
+    if store.live_engines(now, max(3 * ctx.cfg.heartbeat_s, 5.0)):
+        return tasks
+    seen = [h.heartbeat for h in store.hosts()]
+    last = f" (last seen {fmt_dur(now - max(seen))} ago)" if seen else ""
+    print(
+        f"fleet-tui: no engine is running on this store{last}: nothing starts until one does "
+        "(`fleet-tui run` or the cockpit); waiting reasons below are computed now",
+        file=sys.stderr,
+    )
+    if not any(t.status.value == "queued" for t in tasks):
+        return tasks
+    decisions = {t.id: d for t, d in anyio.run(_engine(ctx)._plan)}
+    out = []
+    for t in tasks:
+        d = decisions.get(t.id)
+        if d is not None:
+            t = dataclasses.replace(t, waiting="ready: starts when an engine runs" if d.ok else d.reason)
+        out.append(t)
+    return out
+
+
 def cmd_status(ctx: Ctx) -> int:
     store = ctx.store
-    tasks = store.list_tasks()
     now = time.time()
+    tasks = _fresh_waiting(ctx, store.list_tasks(), now)
     if ctx.args.json:
         out = []
         for t in tasks:
@@ -496,13 +523,16 @@ def cmd_hosts(ctx: Ctx) -> int:
         print("no hosts have run an engine on this store yet")
     for h in hosts:
         age = now - h.heartbeat
-        state = "live" if age < max(3 * ctx.cfg.heartbeat_s, 5.0) else f"silent {fmt_dur(age)}"
+        live = age < max(3 * ctx.cfg.heartbeat_s, 5.0)
+        # a silent host's figures are its last report, not the present: say how old they are
+        state = "live" if live else f"silent {fmt_dur(age)} (its figures are that old)"
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"
         disk = format_gib(h.disk_free) if h.disk_free is not None else "?"
         load = f"{h.load:.2f}" if h.load is not None else "?"
         print(
             f"{h.name}  {state}  cores {h.cores}  load/core {load}  mem {mem}  disk {disk}  "
-            f"running {h.running}  tags {','.join(h.tags) or '-'}  v{h.version}"
+            f"running {h.running if live else f'none now ({h.running} at its last report)'}  "
+            f"tags {','.join(h.tags) or '-'}  v{h.version}"
         )
     return 0
 

@@ -81,6 +81,7 @@ class AttachedView(Controller):
         self._snapshot = Snapshot(taken_at=clock())
         self._seen: dict[str, tuple[int, int]] = {}
         self._stop = False
+        self._engine_live: bool | None = None
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -97,6 +98,20 @@ class AttachedView(Controller):
         out: list[EngineEvent] = [EngineEvent(kind="task", task=t) for t in snap.tasks if old.get(t.id) != t]
         out += [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
         out.append(EngineEvent(kind="gauges", gauges=snap.gauges))
+        live = await anyio.to_thread.run_sync(
+            lambda: bool(self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)))
+        )
+        if live != self._engine_live:  # without an engine nothing moves: the figures are old
+            first, self._engine_live = self._engine_live is None, live
+            beats = [h.heartbeat for h in snap.hosts]
+            age = f"; last seen {int(self.clock() - max(beats))}s ago" if beats else ""
+            text = (
+                "an engine is running on this store"
+                if live
+                else f"no engine is running on this store{age}: nothing starts, the figures are its last"
+            )
+            if not (first and live):
+                out.append(EngineEvent(kind="notice", text=text))
         self.bus.publish(out)
 
     async def poll_events(self) -> None:
