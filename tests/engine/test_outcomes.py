@@ -912,7 +912,9 @@ def test_the_runner_stops_an_attempt_whose_running_cost_passes_the_budget(tmp_pa
 async def test_the_fleet_daily_budget_stops_new_starts(make_fleet: Callable[..., Fleet]) -> None:
     f = make_fleet(max_concurrent=1, budget_usd_daily=2.0)
     await f.add(f.spec("first", "@sim cost=2.5 steps=1", priority=9), f.spec("second", "@sim steps=1"))
+    f.engine.max_wait = 60  # until-idle would sit out the wait for the new day
     await f.idle()
+    assert f.engine.left_time_waits
     assert (await f.task("first")).status == S.DONE
     t = await f.task("second")
     assert (t.status, t.attempt) == (S.QUEUED, 0)

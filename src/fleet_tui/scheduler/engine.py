@@ -418,6 +418,14 @@ class Engine(Controller):
 
     async def _sink(self, tid: str, n: int, events: list[Event], offset: int) -> None:
         r = self.runners.get(tid)
+        if r is not None and any(e.rate_limit is not None for e in events):
+            # a coder names its vendor; the limit belongs to the task's account (coder + model)
+            events = [
+                replace(e, rate_limit=replace(e.rate_limit, account=r.account))
+                if e.rate_limit is not None and e.rate_limit.account != r.account
+                else e
+                for e in events
+            ]
         if events or offset:
             kept = await self._write_events(tid, n, events, offset)
             if not kept:  # fenced out: another engine owns this task now; stop our agent

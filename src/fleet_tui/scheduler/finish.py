@@ -207,7 +207,10 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             RateLimit(
                 account=r.account,
                 status="rejected",
-                resets_at=v.block_account_until,
+                # the account's own reset when known: the grace after it is the engine's, not its
+                resets_at=res.outcome.resets_at
+                if res.outcome.resets_at and res.outcome.resets_at < v.block_account_until
+                else v.block_account_until,
                 observed_at=engine.clock(),
             ),
             v.block_account_until,
