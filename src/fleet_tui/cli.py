@@ -155,7 +155,7 @@ def cmd_add(ctx: Ctx) -> int:
     problems = validate_spec(
         spec,
         known_coders=names,
-        existing_names=ctx.store.task_names(),
+        existing_names=_name_statuses(ctx),
         coder_available=available,
         default_coder=ctx.cfg.default_coder,
     )
@@ -168,6 +168,12 @@ def cmd_add(ctx: Ctx) -> int:
     return 0
 
 
+def _name_statuses(ctx: Ctx) -> dict[str, str]:
+    """Each task name in the store and the status of its newest task (a finished one's name may be
+    taken again)."""
+    return {t.name: t.status.value for t in ctx.store.list_tasks()}
+
+
 def _load(ctx: Ctx, path: str) -> Any:
     from fleet_tui.taskfile import load_taskfile
 
@@ -175,7 +181,7 @@ def _load(ctx: Ctx, path: str) -> Any:
     if not p.is_file():
         raise UserError(f"{path}: no such file")
     names, available = _coder_tools()
-    existing = ctx.store.task_names() if ctx.args.cmd == "load" else ()
+    existing = _name_statuses(ctx) if ctx.args.cmd == "load" else {}
     return load_taskfile(
         p,
         known_coders=names,
@@ -326,9 +332,15 @@ def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
 
 
 def cmd_status(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.control import archived_ids
+
     store = ctx.store
     now = time.time()
-    tasks = _fresh_waiting(ctx, store.list_tasks(), now)
+    tasks = store.list_tasks()
+    if not ctx.args.all:
+        hidden = archived_ids(store)
+        tasks = [t for t in tasks if t.id not in hidden]
+    tasks = _fresh_waiting(ctx, tasks, now)
     if ctx.args.json:
         out = []
         for t in tasks:
@@ -411,6 +423,23 @@ def cmd_simple(ctx: Ctx) -> int:
     if not res.ok:
         raise UserError(res.message)
     print(res.message)
+    return 0
+
+
+def cmd_archive(ctx: Ctx) -> int:
+    """Keep finished tasks out of status and the cockpit; their records stay (``status --all``)."""
+    from fleet_tui.scheduler.control import archive
+
+    found = [_task_or_fail(ctx, ref) for ref in ctx.args.tasks]
+    busy = [t for t in found if t.status.value not in ("done", "cancelled")]
+    if busy:
+        raise UserError(
+            "only finished tasks are archived: "
+            + ", ".join(f"{t.name} is {t.status.value}" for t in busy)
+            + " (cancel a task first to archive it)"
+        )
+    archive(ctx.store, found)
+    print(f"archived {len(found)}: {', '.join(t.name for t in found)} (`fleet-tui status --all` shows them)")
     return 0
 
 
@@ -656,6 +685,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="one line per task")
     st.add_argument("--json", action="store_true")
     st.add_argument("--graph", action="store_true")
+    st.add_argument("--all", action="store_true", help="include archived tasks")
+    ar = sub.add_parser("archive", help="keep finished tasks out of status and the cockpit (records stay)")
+    ar.add_argument("tasks", nargs="+", metavar="TASK")
     lg = sub.add_parser("logs", help="a task's events")
     lg.add_argument("task")
     lg.add_argument("--follow", "-f", action="store_true")
@@ -695,6 +727,7 @@ COMMANDS = {
     "cancel": cmd_simple,
     "merge": cmd_simple,
     "questions": cmd_questions,
+    "archive": cmd_archive,
     "answer": cmd_answer,
     "config": cmd_config,
     "plan": cmd_plan,

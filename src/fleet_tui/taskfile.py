@@ -440,8 +440,13 @@ def _check_tasks(
         line = rep.line(raw.where["name"])
         if name in seen:
             rep.err(line, f"duplicate task name {name!r} (first used at line {seen[name]})")
-        elif name in existing_names:
-            rep.err(line, f"name already queued: {name!r} (pick another name, or cancel the queued task)")
+        elif name in existing_names and _status_of(existing_names, name) not in ("done", "cancelled"):
+            status = _status_of(existing_names, name) or "not finished"
+            rep.err(
+                line,
+                f"a task named {name!r} is {status}: names are unique among unfinished tasks "
+                "(pick another name, or let that task finish or cancel it first)",
+            )
         else:
             seen[name] = line
 
@@ -461,6 +466,12 @@ def _check_tasks(
             named[cycle[0]].where["depends_on"], f"depends_on cycle: {path} (no task in it could ever start)"
         )
     return raws
+
+
+def _status_of(existing: Collection[str], name: str) -> str | None:
+    """The status of an existing task when ``existing`` maps names to statuses (a finished task's
+    name may be taken again), else None."""
+    return existing.get(name) if isinstance(existing, Mapping) else None
 
 
 def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:

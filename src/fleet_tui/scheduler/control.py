@@ -307,6 +307,30 @@ class Controller:
         return await anyio.to_thread.run_sync(task_diff, self.home, task)
 
 
+#: the store setting that lists archived tasks (JSON list of ids): finished tasks kept out of the
+#: views (status, the cockpit) with every record intact; ``status --all`` shows them
+ARCHIVED_KEY = "archived_tasks"
+
+
+def archived_ids(store: Store) -> set[str]:
+    import json
+
+    raw = store.get_setting(ARCHIVED_KEY)
+    try:
+        ids = json.loads(raw) if raw else []
+    except ValueError:
+        return set()
+    return {str(i) for i in ids} if isinstance(ids, list) else set()
+
+
+def archive(store: Store, tasks: Sequence[Task]) -> None:
+    """Keep finished tasks out of the views (their records stay; ids and ``logs`` still work)."""
+    import json
+
+    ids = archived_ids(store) | {t.id for t in tasks}
+    store.set_setting(ARCHIVED_KEY, json.dumps(sorted(ids)))
+
+
 def no_task_message(ref: str, names: Iterable[str]) -> str:
     """``no task 'k11'`` with a did-you-mean among the store's task names."""
     import difflib

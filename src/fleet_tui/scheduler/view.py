@@ -41,7 +41,10 @@ def build_snapshot(
 ) -> Snapshot:
     """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
     reading of its own machine, else from the freshest host row."""
-    tasks = tuple(store.list_tasks())
+    from fleet_tui.scheduler.control import archived_ids
+
+    hidden = archived_ids(store)
+    tasks = tuple(t for t in store.list_tasks() if t.id not in hidden)
     rls = tuple(rl for rl, _ in store.rate_limits())
     hosts = tuple(store.hosts())
     live = [h for h in hosts if now - h.heartbeat < 60]
