@@ -93,13 +93,16 @@ def failure_reason(v: VerifySpec, out: str) -> str:
     lines = [ln.strip() for ln in out.strip().splitlines() if ln.strip()]
     if v.kind == "artifact":
         return f"artifact: {lines[0] if lines else v.path}"
-    said = [
-        ln
-        for ln in lines
-        if not re.fullmatch(r"[*_`#>\s-]*(PASS|FAIL)[*_`.!\s]*", ln) and not ln.startswith("(no PASS or FAIL")
-    ]
-    text = said[-1] if said else (lines[-1] if lines else "no reply")
-    text = re.sub(r"^[*_`#>\s-]*(FAIL)\b[:.\s-]*", "", text) or text
+    # the reviewer's words next to its last FAIL: that line without the verdict, or the line before
+    at = max((i for i, ln in enumerate(lines) if re.search(r"\bFAIL\b", ln)), default=None)
+    text = ""
+    if at is not None:
+        text = re.sub(r"[*_`#>\s-]*\bFAIL\b[*_`:.!\s-]*", " ", lines[at]).strip()
+        if not text and at > 0:
+            text = lines[at - 1]
+    if not text:
+        said = [ln for ln in lines if not ln.startswith(("(no PASS or FAIL", "=="))]
+        text = said[-1] if said else "no reply"
     return "agent: " + (text if len(text) <= 120 else text[:119] + "…")
 
 
