@@ -342,12 +342,15 @@ def cmd_status(ctx: Ctx) -> int:
         tasks = [t for t in tasks if t.id not in hidden]
     tasks = _fresh_waiting(ctx, tasks, now)
     if ctx.args.json:
+        from fleet_tui.scheduler.timing import work_s
+
         out = []
         for t in tasks:
             d = task_json(t, now)
             atts = store.attempts(t.id)
             d["verify_output"] = atts[-1].verify_output if atts else None
             d["last_outcome"] = atts[-1].outcome if atts else None
+            d["work_s"] = work_s(atts, now) if atts else None
             out.append(d)
         print(json.dumps(out, indent=1))
         return 0
