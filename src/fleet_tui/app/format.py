@@ -287,7 +287,10 @@ def gauges_lines(snap: Snapshot, now: float) -> list[str]:
 
 
 def question_line(q: Question, task_name: str) -> str:
-    opts = f" [{' / '.join(q.options)}]" if q.options else ""
+    from fleet_tui.scheduler.inbox import choices, free_text
+
+    picks = list(choices(q)) + (["…"] if q.options and free_text(q) else [])
+    opts = f" [{' / '.join(picks)}]" if picks else ""
     return f"{task_name}: {q.text}{opts}"
 
 

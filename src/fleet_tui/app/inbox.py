@@ -19,6 +19,7 @@ from textual.widgets.option_list import Option
 
 from fleet_tui.app.format import question_line, truncate
 from fleet_tui.app.queue import focus_now
+from fleet_tui.scheduler.inbox import choices
 from fleet_tui.scheduler.model import Question
 
 
@@ -107,10 +108,9 @@ class Inbox(Vertical):
         who = item.task_name if item else question.task_id
         self.query_one("#answer-question", Static).update(Text(f"{who} asks: {question.text}"))
         options = self.query_one("#answer-options", OptionList)
-        options.set_options(
-            Option(Text(f"{n}. {opt}"), id=str(n - 1)) for n, opt in enumerate(question.options, 1)
-        )
-        options.display = bool(question.options)
+        picks = choices(question)  # without the marker of a question that also takes free text
+        options.set_options(Option(Text(f"{n}. {opt}"), id=str(n - 1)) for n, opt in enumerate(picks, 1))
+        options.display = bool(picks)
         self.query_one("#answer-form").display = True
         self.add_class("answering")
         if self.parent is not None:
@@ -120,7 +120,7 @@ class Inbox(Vertical):
         inp.value = ""
         inp.placeholder = (
             "type an answer, or up/down to pick a choice; Enter sends, Esc cancels"
-            if question.options
+            if picks
             else "type an answer; Enter sends, Esc cancels"
         )
         # focus stays in the text field, so fast typing never lands on a cockpit key

@@ -287,7 +287,9 @@ RETURNING id, attempt"""
         **fields: Any,
     ) -> Task | None:
         with self._tx() as tx:
-            row = tx.one("SELECT status, owner, attempt FROM tasks WHERE id = %s FOR UPDATE", (task_id,))
+            row = tx.one(
+                "SELECT status, owner, attempt, finished_at FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
+            )
             if row is None:
                 return None
             src = TaskStatus(row["status"])
