@@ -126,10 +126,8 @@ def state_text(task: Task, asking: bool = False) -> str:
 
 
 def elapsed(task: Task, now: float) -> float | None:
-    """The one definition the CLI uses too (``scheduler.timing``): the current or last attempt."""
-    from fleet_tui.scheduler.timing import elapsed as attempt_elapsed
-
-    return attempt_elapsed(task, now)
+    """The one definition the CLI uses too (``Task.elapsed``): the current or last attempt."""
+    return task.elapsed(now)
 
 
 def context_pct(task: Task) -> str:
@@ -287,9 +285,7 @@ def gauges_lines(snap: Snapshot, now: float) -> list[str]:
 
 
 def question_line(q: Question, task_name: str) -> str:
-    from fleet_tui.scheduler.inbox import choices, free_text
-
-    picks = list(choices(q)) + (["…"] if q.options and free_text(q) else [])
+    picks = list(q.choices) + (["…"] if q.options and q.free_text else [])
     opts = f" [{' / '.join(picks)}]" if picks else ""
     return f"{task_name}: {q.text}{opts}"
 

@@ -19,7 +19,6 @@ from textual.widgets.option_list import Option
 
 from fleet_tui.app.format import question_line, truncate
 from fleet_tui.app.queue import focus_now
-from fleet_tui.scheduler.inbox import choices
 from fleet_tui.scheduler.model import Question
 
 
@@ -108,7 +107,7 @@ class Inbox(Vertical):
         who = item.task_name if item else question.task_id
         self.query_one("#answer-question", Static).update(Text(f"{who} asks: {question.text}"))
         options = self.query_one("#answer-options", OptionList)
-        picks = choices(question)  # without the marker of a question that also takes free text
+        picks = question.choices  # without the marker of a question that also takes free text
         options.set_options(Option(Text(f"{n}. {opt}"), id=str(n - 1)) for n, opt in enumerate(picks, 1))
         options.display = bool(picks)
         self.query_one("#answer-form").display = True

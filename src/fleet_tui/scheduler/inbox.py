@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fleet_tui.scheduler.model import Question
+from fleet_tui.scheduler.model import FREE_TEXT, Question
 from fleet_tui.scheduler.store import Store
 
 #: longest question text kept (an agent may paste a whole log into a question)
@@ -31,18 +31,14 @@ MAX_OPTIONS = 20
 MAX_OPTION_CHARS = 200
 
 
-#: the last stored option of a question whose options are suggestions: any answer is accepted
-FREE_TEXT = "(free text)"
-
-
 def free_text(q: Question) -> bool:
     """True when any answer is accepted: the question offers no options, or says so."""
-    return not q.options or q.options[-1] == FREE_TEXT
+    return q.free_text
 
 
 def choices(q: Question) -> tuple[str, ...]:
     """The options a person picks from (without the free-text marker)."""
-    return tuple(o for o in q.options if o != FREE_TEXT)
+    return q.choices
 
 
 def check_answer(q: Question, text: str) -> tuple[str | None, str | None]:

@@ -11,31 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fleet_tui.scheduler.model import Attempt, Task
-from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 
 
 def attempt_end(task: Task) -> float | None:
     """When the task's last attempt ended (None while it runs or before its first attempt)."""
-    start = task.attempt_started_at or task.started_at
-    if start is None or task.status in ACTIVE:
-        return None
-    if task.finished_at is not None and task.finished_at >= start:
-        return task.finished_at
-    # back in the queue (a retry, a handoff) or paused: it left running when it was last moved
-    return task.updated_at if task.updated_at >= start else start
+    return task.attempt_end()
 
 
 def elapsed(task: Task, now: float) -> float | None:
     """Seconds of the current attempt (running/verifying) or of the last one; None before any."""
-    start = task.attempt_started_at or task.started_at
-    if start is None:
-        return None
-    if task.status in ACTIVE:
-        return max(0.0, now - start)
-    if task.status == TaskStatus.QUEUED and task.attempt == 0:
-        return None
-    end = attempt_end(task)
-    return max(0.0, (end if end is not None else now) - start)
+    return task.elapsed(now)
 
 
 def work_s(attempts: Iterable[Attempt], now: float) -> float:
