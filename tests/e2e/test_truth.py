@@ -401,3 +401,14 @@ def test_small_words(tmp_path: Path) -> None:
     fleet(home, "config", "set", "max_load_per_core", "0.01")
     plan = fleet(home, "plan").stdout
     assert "> 0.01" in plan and "> 0.0\n" not in plan, plan
+
+
+def test_a_rate_limit_event_names_the_tasks_account(tmp_path: Path) -> None:
+    """Point 15: the stream pane and `logs` said "claude" for a sim account: the event carries the
+    task's own account (coder:model for the sim coder)."""
+    home = home_with(tmp_path)
+    add(home, "warned", "@sim rate-warning=0.5 seconds=600\n@sim steps=1", "--model", "sim-b")
+    assert run_idle(home).returncode == 0
+    events = [json.loads(ln) for ln in fleet(home, "logs", "warned", "--json").stdout.splitlines()]
+    (rl,) = [e["rate_limit"] for e in events if e["kind"] == "rate_limit"]
+    assert rl["account"] == "sim:sim-b", rl
