@@ -274,7 +274,7 @@ class Engine(Controller):
             budget_usd_daily=c.budget_usd_daily,
         )
 
-    async def _plan(self) -> list[tuple[Task, Any]]:
+    async def _plan(self, admitting: bool = False) -> list[tuple[Task, Any]]:
         def work() -> list[tuple[Task, Any]]:
             now = self.clock()
             tasks = self.store.list_tasks(TaskStatus.QUEUED)
@@ -302,6 +302,7 @@ class Engine(Controller):
                 default_coder=self.cfg.default_coder,
                 held=held,
                 account_of=lambda t, c: account_of(c, t.model or t.spec.model),
+                note_starting=not admitting,  # what it admits starts now: its slots are taken
             )
 
         return await anyio.to_thread.run_sync(work)
@@ -309,7 +310,7 @@ class Engine(Controller):
     async def _admit(self) -> bool:
         if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
             return False
-        decisions = await self._plan()
+        decisions = await self._plan(admitting=True)
         changed = {
             t.id: (None if d.ok else d.reason)
             for t, d in decisions

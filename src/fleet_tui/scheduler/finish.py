@@ -109,10 +109,14 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         engine.publish_task(moved)
         workdir = Path(task.workdir or task.spec.cwd)
         reviewer = engine.reviewer(task)
-        since = task.attempt_started_at or now
-        did_nothing = await anyio.to_thread.run_sync(
-            lambda: nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
-        )
+
+        def judge() -> bool:
+            # from when the agent started (after any worktree setup), not from the claim
+            att = engine.store.get_attempt(task.id, task.attempt)
+            since = att.started_at if att is not None else (task.attempt_started_at or now)
+            return nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
+
+        did_nothing = await anyio.to_thread.run_sync(judge)
         vr = await anyio.to_thread.run_sync(
             lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer)
         )

@@ -216,6 +216,7 @@ def plan(
     default_coder: str,
     held: Mapping[str, str] | None = None,
     account_of: Callable[[Task, str], str] | None = None,
+    note_starting: bool = True,
 ) -> list[tuple[Task, Decision]]:
     """Simulate admission of every queued task in claim order, starting nothing.
 
@@ -224,7 +225,9 @@ def plan(
     starting before it". ``held`` maps task
     ids to a reason the gate does not know (e.g. "after user-schema" for unfinished
     dependencies); such a task, and one whose ``not_before`` is still ahead, is reported with
-    that reason and takes nothing. Tasks not in ``queued`` are left out.
+    that reason and takes nothing. Tasks not in ``queued`` are left out. ``note_starting=False``
+    (the engine, which starts the admitted tasks at once) words a slot taken by one of them as
+    already running.
     """
     held = held or {}
     state = inp
@@ -247,7 +250,8 @@ def plan(
         account = account_of(task, coder) if account_of is not None else coder
         decision = decide(task, coder, cfg, state, mem, account)
         if (
-            not decision.ok
+            note_starting
+            and not decision.ok
             and state.running > inp.running
             and (decision.reason or "").startswith("slots full")
         ):
