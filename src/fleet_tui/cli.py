@@ -226,7 +226,6 @@ def _engine(ctx: Ctx, **kw: Any) -> Any:
 
 def cmd_run(ctx: Ctx) -> int:
     import dataclasses
-    import signal
 
     a = ctx.args
     if a.max_concurrent is not None:
@@ -240,95 +239,20 @@ def cmd_run(ctx: Ctx) -> int:
         if a.max_wait < 0:
             raise UserError("--max-wait must be 0 or more seconds")
         engine.max_wait = a.max_wait
-    from fleet_tui.runlog import RunPrinter, idle_summary
+    from fleet_tui.runlog import RunPrinter, run_headless
 
     printer = RunPrinter(as_json=a.json) if not a.quiet else None
     if printer is not None:
         printer.prime(ctx.store.list_tasks())
-    stopped: dict[str, Any] = {}
-
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-
-            async def on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
-                    async for _ in sigs:
-                        leave = ctx.cfg.on_quit == "leave"
-                        stopped["agents"] = len(engine.runners)
-                        stopped["leave"] = leave
-                        n = stopped["agents"]
-                        what = (
-                            f"leaving {n} agent(s) running for another engine to adopt"
-                            if leave
-                            else f"stopping {n} agent(s); their tasks go back to the queue"
-                        )
-                        print(
-                            f"fleet-tui: signal received: {what}" if n else "fleet-tui: stopping",
-                            file=sys.stderr,
-                        )
-                        await engine.shutdown(leave_running=leave)
-                        return
-
-            async def show() -> None:
-                assert printer is not None
-                async for batch in engine.subscribe():
-                    printer.feed(batch)
-
-            tg.start_soon(on_signal)
-            if printer is not None:
-                tg.start_soon(show)
-            await engine.run(until_idle=a.until_idle)
-            tg.cancel_scope.cancel()
-
-    anyio.run(main)
-    if stopped:
-        n = stopped["agents"]
-        if not n:
-            print("stopped; no agent was running", file=sys.stderr)
-        elif stopped["leave"]:
-            print(f"stopped; {n} agent(s) left running for another engine to adopt", file=sys.stderr)
-        else:
-            print(f"stopped; {n} agent(s) stopped and their tasks requeued", file=sys.stderr)
-        return 0
-    if a.until_idle:
-        store = ctx.store
-        lines, code = idle_summary(
-            store.list_tasks(),
-            engine.idle_report,
-            store.get_setting("fleet_paused") == "1",
-            engine.left_time_waits,
-        )
-        for line in lines:
-            print(line)
-        return code
-    return 0
+    return run_headless(engine, ctx.store, until_idle=a.until_idle, on_quit=ctx.cfg.on_quit, printer=printer)
 
 
 def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
-    """With no engine live, stored waiting reasons are stale (nobody re-plans): say so on stderr
-    and compute them now, as ``plan`` does. With an engine live, they are its own, fresh."""
-    import dataclasses
+    from fleet_tui.report import fresh_waiting
 
-    store = ctx.store
-    if store.live_engines(now, max(3 * ctx.cfg.heartbeat_s, 5.0)):
-        return tasks
-    seen = [h.heartbeat for h in store.hosts()]
-    last = f" (last seen {fmt_dur(now - max(seen))} ago)" if seen else ""
-    print(
-        f"fleet-tui: no engine is running on this store{last}: nothing starts until one does "
-        "(`fleet-tui run` or the cockpit); waiting reasons below are computed now",
-        file=sys.stderr,
+    return fresh_waiting(
+        ctx.store, tasks, now, max(3 * ctx.cfg.heartbeat_s, 5.0), lambda: anyio.run(_engine(ctx)._plan)
     )
-    if not any(t.status.value == "queued" for t in tasks):
-        return tasks
-    decisions = {t.id: d for t, d in anyio.run(_engine(ctx)._plan)}
-    out = []
-    for t in tasks:
-        d = decisions.get(t.id)
-        if d is not None:
-            t = dataclasses.replace(t, waiting="ready: starts when an engine runs" if d.ok else d.reason)
-        out.append(t)
-    return out
 
 
 def cmd_status(ctx: Ctx) -> int:

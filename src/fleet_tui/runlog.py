@@ -16,10 +16,13 @@ did, and ``run --until-idle`` ends with an exit code a script can act on:
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
+
+import anyio
 
 from fleet_tui.scheduler.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import EngineEvent, Task
@@ -145,3 +148,64 @@ def idle_summary(
         lines.append("stopped waiting (--max-wait): the waits above end by themselves")
         return lines, EXIT_STILL_WAITING
     return lines, 0
+
+
+def run_headless(
+    engine: Any, store: Any, *, until_idle: bool, on_quit: str, printer: RunPrinter | None
+) -> int:
+    """Run the engine to its end (idle, or a signal), printing as it goes; the exit code."""
+    stopped: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
+                    async for _ in sigs:
+                        leave = on_quit == "leave"
+                        n = stopped["agents"] = len(engine.runners)
+                        stopped["leave"] = leave
+                        what = (
+                            f"leaving {n} agent(s) running for another engine to adopt"
+                            if leave
+                            else f"stopping {n} agent(s); their tasks go back to the queue"
+                        )
+                        print(
+                            f"fleet-tui: signal received: {what}" if n else "fleet-tui: stopping",
+                            file=sys.stderr,
+                        )
+                        await engine.shutdown(leave_running=leave)
+                        return
+
+            async def show() -> None:
+                assert printer is not None
+                async for batch in engine.subscribe():
+                    printer.feed(batch)
+
+            tg.start_soon(on_signal)
+            if printer is not None:
+                tg.start_soon(show)
+            await engine.run(until_idle=until_idle)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    if stopped:  # say what was actually done
+        n = stopped["agents"]
+        if not n:
+            print("stopped; no agent was running", file=sys.stderr)
+        elif stopped["leave"]:
+            print(f"stopped; {n} agent(s) left running for another engine to adopt", file=sys.stderr)
+        else:
+            print(f"stopped; {n} agent(s) stopped and their tasks requeued", file=sys.stderr)
+        return 0
+    if not until_idle:
+        return 0
+    lines, code = idle_summary(
+        store.list_tasks(),
+        engine.idle_report,
+        store.get_setting("fleet_paused") == "1",
+        engine.left_time_waits,
+    )
+    for line in lines:
+        print(line)
+    return code
