@@ -21,9 +21,12 @@ import anyio
 
 from fleet_tui import __version__
 from fleet_tui.report import elapsed, event_json, event_line, fmt_dur, print_graph, task_json, why
+from fleet_tui.scheduler.inbox import sanitize_for_display as clean
 
-#: commands that only read the store and the config
-READ_ONLY = frozenset({"status", "plan", "hosts", "logs", "questions", "doctor", "validate", "example"})
+#: commands that only look: they work (with a warning) while config.toml is broken
+LENIENT_CONFIG_COMMANDS = frozenset(
+    {"status", "plan", "hosts", "logs", "questions", "doctor", "validate", "example"}
+)
 
 
 class UserError(Exception):
@@ -41,6 +44,10 @@ def resolve_home(arg: str | None) -> Path:
     return Path(user_state_dir("fleet-tui"))
 
 
+#: commands that only read the store: they open it without a write lock and write nothing
+READONLY_COMMANDS = ("status", "logs", "questions", "plan", "hosts")
+
+
 class Ctx:
     """Home, config and store, opened lazily."""
 
@@ -49,16 +56,42 @@ class Ctx:
         self.home = resolve_home(getattr(args, "home", None))
         self._store: Any = None
         self._cfg: Any = None
+        self._home_ready = False
 
     @property
     def config_path(self) -> Path:
         return self.home / "config.toml"
+
+    def ready_home(self) -> None:
+        """Create the home (private: 0700) when missing, and refuse one another user can write."""
+        if self._home_ready:
+            return
+        from fleet_tui.trust import TrustError, check_trusted
+
+        try:
+            if not self.home.is_dir():
+                self.home.mkdir(parents=True, mode=0o700)
+            check_trusted(self.home, "the fleet home")
+            st = self.home.stat()
+            if st.st_uid == os.geteuid() and st.st_mode & 0o077 and (self.home / "fleet.db").exists():
+                try:  # a home made by an older fleet-tui: its prompts and outputs are private now
+                    self.home.chmod(0o700)
+                except OSError:
+                    pass
+        except TrustError as e:
+            raise UserError(str(e)) from e
+        except OSError as e:
+            raise UserError(
+                f"cannot use the fleet home {self.home}: {e.strerror or e}: pick another with --home"
+            ) from e
+        self._home_ready = True
 
     @property
     def cfg(self) -> Any:
         if self._cfg is None:
             from fleet_tui.config import ConfigError, load_config, load_config_lenient
 
+            self.ready_home()
             try:
                 self._cfg = load_config(self.config_path)
             except ConfigError as e:
@@ -81,18 +114,22 @@ class Ctx:
         cmd = getattr(self.args, "cmd", None)
         if cmd == "config":
             return getattr(self.args, "action", None) == "get"
-        return cmd in READ_ONLY
+        return cmd in LENIENT_CONFIG_COMMANDS
 
     @property
     def store(self) -> Any:
         if self._store is None:
-            from fleet_tui.scheduler.store import StoreError, open_store
+            from fleet_tui.scheduler.store import StoreError, open_store, sqlite_path
+            from fleet_tui.trust import TrustError, check_trusted
 
             url = getattr(self.args, "store", None) or os.environ.get("FLEET_STORE") or self.cfg.store
             try:
-                self.home.mkdir(parents=True, exist_ok=True)
-                self._store = open_store(url, str(self.home))
-            except StoreError as e:
+                if not url or url.startswith("sqlite:"):  # its tasks run as this user: trust it
+                    check_trusted(Path(sqlite_path(url)) if url else self.home / "fleet.db", "the store")
+                self._store = open_store(
+                    url, str(self.home), readonly=getattr(self.args, "cmd", None) in READONLY_COMMANDS
+                )
+            except (StoreError, TrustError) as e:
                 raise UserError(str(e)) from e
             except OSError as e:
                 raise UserError(f"cannot use the fleet home {self.home}: {e}") from e
@@ -179,7 +216,7 @@ def _load(ctx: Ctx, path: str) -> Any:
 
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{path}: no such file")
+        raise UserError(f"{path}: {'not a regular file' if p.exists() else 'no such file'}")
     names, available = _coder_tools()
     existing = _name_statuses(ctx) if ctx.args.cmd == "load" else {}
     return load_taskfile(
@@ -194,10 +231,10 @@ def _load(ctx: Ctx, path: str) -> Any:
 def cmd_validate(ctx: Ctx) -> int:
     res = _load(ctx, ctx.args.file)
     for w in res.warnings:
-        print(f"{w} (warning)", file=sys.stderr)
+        print(f"{clean(str(w))} (warning)", file=sys.stderr)
     if not res.ok:
         for e in res.errors:
-            print(str(e), file=sys.stderr)
+            print(clean(str(e)), file=sys.stderr)
         print(f"{len(res.errors)} problem(s); nothing queued", file=sys.stderr)
         return 1
     print(f"{ctx.args.file}: {len(res.specs)} task(s), no problems")
@@ -208,13 +245,13 @@ def cmd_load(ctx: Ctx) -> int:
     res = _load(ctx, ctx.args.file)
     if not res.ok:
         for e in res.errors:
-            print(str(e), file=sys.stderr)
+            print(clean(str(e)), file=sys.stderr)
         print(f"{len(res.errors)} problem(s); nothing queued", file=sys.stderr)
         return 1
     out = anyio.run(_controller(ctx).add, list(res.specs))
     if not out.ok:
         raise UserError(out.message)
-    print(out.message)
+    print(clean(out.message))
     return 0
 
 
@@ -256,6 +293,10 @@ def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
 
 
 def cmd_status(ctx: Ctx) -> int:
+    if getattr(ctx.args, "gauges", False):
+        from fleet_tui.report import print_gauges
+
+        return print_gauges(ctx.store, ctx.cfg, ctx.home, as_json=ctx.args.json)
     from fleet_tui.scheduler.control import archived_ids
 
     store = ctx.store
@@ -289,7 +330,7 @@ def cmd_status(ctx: Ctx) -> int:
         coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
         print(
             f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{coder:<14} {why(t, names)}".rstrip()
+            f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}".rstrip()
         )
     return 0
 
@@ -303,29 +344,59 @@ def _task_or_fail(ctx: Ctx, ref: str) -> Any:
     return t
 
 
+#: events read per page by ``logs``: all are shown, this many at a time (bounded memory)
+LOGS_PAGE = 1000
+
+
+def _write_raw(path: Path, tty: bool) -> None:
+    """One attempt's raw stdout.jsonl, streamed: bytes as they are into a pipe or a file; on a
+    terminal, its control characters shown instead of obeyed (a vendor line can hold escapes)."""
+    import codecs
+    import shutil
+
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return
+    with fh:
+        if not tty:
+            shutil.copyfileobj(fh, sys.stdout.buffer, 1 << 20)
+            return
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        while piece := fh.readline(1 << 20):
+            text = decoder.decode(piece)
+            sys.stdout.write(clean(text.rstrip("\n")) + ("\n" if text.endswith("\n") else ""))
+        sys.stdout.write(clean(decoder.decode(b"", final=True)))
+
+
 def cmd_logs(ctx: Ctx) -> int:
     t = _task_or_fail(ctx, ctx.args.task)
     store = ctx.store
     if ctx.args.raw:
         from fleet_tui.scheduler.launch import attempt_dir
 
+        tty = sys.stdout.isatty()
         for n in range(1, t.attempt + 1):
-            p = attempt_dir(ctx.home, t.id, n) / "stdout.jsonl"
-            if p.exists():
-                sys.stdout.buffer.write(p.read_bytes())
+            _write_raw(attempt_dir(ctx.home, t.id, n) / "stdout.jsonl", tty)
         sys.stdout.flush()
         return 0
     after: tuple[int, int] | None = None
     while True:
-        evs = store.events(t.id, after=after, limit=5000)
-        for e in evs:
-            print(json.dumps(event_json(e)) if ctx.args.json else event_line(e), flush=True)
-        if evs:
-            after = (evs[-1].attempt, evs[-1].seq)
+        got = 0
+        while True:  # every event, in order, one page at a time
+            evs = store.events(t.id, after=after, limit=LOGS_PAGE)
+            for e in evs:
+                print(json.dumps(event_json(e)) if ctx.args.json else event_line(e))
+            got += len(evs)
+            if evs:
+                after = (evs[-1].attempt, evs[-1].seq)
+            if len(evs) < LOGS_PAGE:
+                break
+        sys.stdout.flush()
         if not ctx.args.follow:
             return 0
         cur = store.get_task(t.id)
-        if not evs and cur is not None and cur.status.value in ("done", "cancelled", "needs_human"):
+        if not got and cur is not None and cur.status.value in ("done", "cancelled", "needs_human"):
             return 0
         time.sleep(0.2)
 
@@ -349,7 +420,7 @@ def cmd_simple(ctx: Ctx) -> int:
         res = anyio.run(fn, ref)
     if not res.ok:
         raise UserError(res.message)
-    print(res.message)
+    print(clean(res.message))
     return 0
 
 
@@ -398,8 +469,6 @@ def cmd_questions(ctx: Ctx) -> int:
         return 0
     if not qs:
         print("no pending questions")
-    from fleet_tui.scheduler.inbox import sanitize_for_display as clean
-
     for q in qs:  # agent-provided text is data: never let it drive the terminal
         shown = [clean(o, one_line=True) for o in choices(q)]
         if shown and free_text(q):
@@ -413,7 +482,7 @@ def cmd_answer(ctx: Ctx) -> int:
     res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
     if not res.ok:
         raise UserError(res.message)
-    print(res.message)
+    print(clean(res.message))
     return 0
 
 
@@ -432,7 +501,7 @@ def cmd_config(ctx: Ctx) -> int:
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
-            ctx.home.mkdir(parents=True, exist_ok=True)
+            ctx.ready_home()
             left = set_value(ctx.config_path, key, ctx.args.value)
             from fleet_tui.config import load_config_lenient, parse_value
 
@@ -464,9 +533,9 @@ def cmd_plan(ctx: Ctx) -> int:
                 usable[coder] = (False, str(e))
         ok, detail = usable[coder]
         if not ok:  # the engine would claim it and park it as never_started: say so now
-            print(f"{t.name}: waits: never starts here: {detail}")
+            print(f"{t.name}: waits: never starts here: {clean(detail, one_line=True)}")
         else:
-            print(f"{t.name}: {'would start' if d.ok else 'waits: ' + (d.reason or '?')}")
+            print(f"{t.name}: {'would start' if d.ok else 'waits: ' + clean(d.reason or '?', one_line=True)}")
     return 0
 
 
@@ -485,11 +554,12 @@ def cmd_hosts(ctx: Ctx) -> int:
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"
         disk = format_gib(h.disk_free) if h.disk_free is not None else "?"
         load = f"{h.load:.2f}" if h.load is not None else "?"
-        print(
+        line = (
             f"{h.name}  {state}  cores {h.cores}  load/core {load}  mem {mem}  disk {disk}  "
             f"running {h.running if live else f'none now ({h.running} at its last report)'}  "
             f"tags {','.join(h.tags) or '-'}  v{h.version}"
         )
+        print(clean(line, one_line=True))  # another host wrote this row
     return 0
 
 
@@ -505,15 +575,36 @@ def cmd_doctor(ctx: Ctx) -> int:
         except Exception as e:
             ok, detail, ver = False, str(e), None
         mark = "ok " if ok else "-- "
-        print(f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}".rstrip())
+        line = f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}"
+        print(clean(line, one_line=True))
     try:
         st = ctx.store
-        print(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)")
+        print(clean(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)", one_line=True))
     except UserError as e:
         print(f"--  store: {e}")
         bad += 1
     print(f"ok  home {ctx.home}")
+    bad += _doctor_sandbox(ctx)
     return 1 if bad else 0
+
+
+def _doctor_sandbox(ctx: Ctx) -> int:
+    """The sandbox line: whether bwrap works here, and whether tasks use it by default."""
+    from fleet_tui.config import ConfigError, config_path, load_config
+    from fleet_tui.scheduler.sandbox import probe
+
+    try:
+        mode = load_config(config_path(ctx.home)).sandbox
+    except ConfigError:
+        mode = "none"
+    ok, detail = probe()
+    use = f"default sandbox = {mode}"
+    if ok:
+        hint = "" if mode == "bwrap" else " (turn it on: fleet-tui config set sandbox bwrap)"
+        print(f"ok  sandbox bwrap usable ({detail}); {use}{hint}")
+        return 0
+    print(f"--  sandbox bwrap not usable: {detail}; {use}")
+    return 1 if mode == "bwrap" else 0
 
 
 def cmd_mcp(ctx: Ctx) -> int:
@@ -615,6 +706,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--all", action="store_true", help="include archived tasks")
     ar = sub.add_parser("archive", help="keep finished tasks out of status and the cockpit (records stay)")
     ar.add_argument("tasks", nargs="+", metavar="TASK")
+    st.add_argument(
+        "--gauges", action="store_true", help="the gauges as text bars and sparklines (with --json: figures)"
+    )
     lg = sub.add_parser("logs", help="a task's events")
     lg.add_argument("task")
     lg.add_argument("--follow", "-f", action="store_true")
@@ -667,13 +761,19 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from fleet_tui.config import ConfigError
+    from fleet_tui.scheduler.private import go_private
+    from fleet_tui.scheduler.store import StoreError
+    from fleet_tui.trust import TrustError
+
+    go_private()  # the home's files (prompts, outputs, per-run configs) are the user's alone
     args = build_parser().parse_args(argv)
     ctx = Ctx(args)
     fn = COMMANDS.get(args.cmd or "", cmd_cockpit)
     try:
         return fn(ctx)
-    except UserError as e:
-        print(f"fleet-tui: {e}", file=sys.stderr)
+    except (UserError, StoreError, ConfigError, TrustError) as e:  # also a store failing after open
+        print(f"fleet-tui: {clean(str(e))}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0

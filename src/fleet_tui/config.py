@@ -28,6 +28,7 @@ from typing import Any, Literal
 import tomlkit
 
 from fleet_tui.taskfile import did_you_mean, toml_key_lines
+from fleet_tui.trust import TrustError, check_trusted, read_capped
 
 __all__ = [
     "KEYS",
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
+#: the largest config file read (a real one is a few KiB; a path to /dev/zero must not eat memory)
+MAX_CONFIG_BYTES = 1 * MIB
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class Config:
     host_tags: tuple[str, ...] = ()
     worktree_setup: str | None = None
     keep_worktrees: bool = False
+    sandbox: Literal["none", "bwrap"] = "none"
 
 
 class ConfigError(ValueError):
@@ -165,6 +169,12 @@ KEYS: dict[str, _Key] = {
         "str", "command run in each new worktree before its agent starts", True, example='"uv sync"'
     ),
     "keep_worktrees": _Key("bool", "keep worktrees of finished tasks instead of removing clean ones"),
+    "sandbox": _Key(
+        "str",
+        "run agents, verifiers and reviewers in a sandbox: bwrap (Linux bubblewrap) or none; a task's "
+        "own sandbox key wins (see README, Sandbox)",
+        choices=("none", "bwrap"),
+    ),
 }
 
 _GROUPS: dict[str, str] = {
@@ -217,6 +227,13 @@ def _check(key: str, value: Any) -> Any:
             raise ConfigError(
                 f"{key} must not be empty" + (" (use none to unset it)" if spec.optional else "")
             )
+        if key == "store":  # a typo must be refused here, not replaced by the home's fleet.db later
+            from fleet_tui.scheduler.store import StoreError, check_store_url
+
+            try:
+                check_store_url(value)
+            except StoreError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
     elif spec.kind == "bool":
         if not isinstance(value, bool):
             raise bad
@@ -284,7 +301,7 @@ def parse_value(key: str, text: str) -> Any:
     elif spec.kind in ("floats", "strs") and raw.startswith("["):
         try:
             value = tomllib.loads(f"v = {raw}")["v"] if "\n" not in raw else None
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             value = None
     elif spec.kind in ("floats", "strs"):
         items = [p.strip() for p in raw.split(",") if p.strip()]
@@ -323,6 +340,8 @@ def _parse(text: str, where: str) -> Config:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{where}: bad TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: bad TOML: arrays or tables nested too deeply") from None
     lines = toml_key_lines(text)
     values: dict[str, Any] = {}
     problems: list[str] = []
@@ -354,9 +373,12 @@ def load_config(path: Path) -> Config:
     Raises ConfigError listing every problem as ``file:line: message``.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        check_trusted(Path(path), "the config")
+        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
     except FileNotFoundError:
         return Config()
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from None
     return _parse(text, str(path))
@@ -369,14 +391,15 @@ def load_config_lenient(path: Path) -> tuple[Config, str | None]:
         return load_config(path), None
     except ConfigError as exc:
         problem = str(exc)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    try:  # a file we must not trust (another owner, writable by others) gives no values at all
+        check_trusted(Path(path), "the config")
+        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
+    except (OSError, UnicodeDecodeError, TrustError):
         return Config(), problem
     values: dict[str, Any] = {}
     try:
         docs = [tomllib.loads(text)]
-    except tomllib.TOMLDecodeError:  # line by line: keep every line that reads on its own
+    except (tomllib.TOMLDecodeError, RecursionError):  # line by line: keep each line that reads alone
         docs = []
         for line in text.splitlines():
             try:
@@ -474,14 +497,31 @@ def set_value(path: Path, key: str, value_str: str) -> list[str]:
     """
     value = parse_value(key, value_str)
     path = Path(path)
+    try:
+        check_trusted(path, "the config")
+        return _set_value(path, key, value)
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            f"cannot write {path}: {why}: make the fleet home writable, or edit another home (--home)"
+        ) from None
+
+
+def _set_value(path: Path, key: str, value: Any) -> list[str]:
     if not path.exists():
         write_default(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = read_capped(path, MAX_CONFIG_BYTES, "config").decode("utf-8")
+    except (UnicodeDecodeError, TrustError) as exc:
+        raise ConfigError(f"{path}: fix the file first, it is not UTF-8 text: {exc}") from None
     before = _problems(text, str(path))
     new_text: str | None = None
     try:
         doc = tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as exc:
+    except (tomlkit.exceptions.ParseError, RecursionError) as exc:
+        # not TOML: the line of this very key may be what breaks it; replace it and see
         new_text = _replace_line(text, key, None if value is None else f"{key} = {_toml_text(value)}")
         if new_text is None:
             raise ConfigError(f"{path}: fix the file first, it is not valid TOML: {exc}") from None
@@ -580,12 +620,15 @@ class ConfigWatcher:
 
     def _read(self) -> tuple[tuple[int, int, str] | None, str | None]:
         try:
+            check_trusted(self.path, "the config")
             st = self.path.stat()
-            data = self.path.read_bytes()
+            data = read_capped(self.path, MAX_CONFIG_BYTES, "config")
         except FileNotFoundError:
             return None, None
         except OSError as exc:
             return (0, 0, f"unreadable: {exc}"), None
+        except TrustError as exc:
+            return (0, 0, str(exc).removeprefix(f"{self.path}: ")), None
         return (st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest()), data.decode(
             "utf-8", errors="replace"
         )

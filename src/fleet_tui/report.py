@@ -1,5 +1,6 @@
 """How tasks and events look on a terminal and in ``--json``: the stable keys of ``status --json``,
-one-line event rendering for ``logs``, and the depends_on tree of ``status --graph``.
+one-line event rendering for ``logs``, the depends_on tree of ``status --graph`` and the gauges
+of ``status --gauges`` (figures from ``fleet_tui.gauges``).
 
 Agent-provided text is sanitized before it reaches the terminal (it is data, never escape codes).
 """
@@ -11,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fleet_tui.scheduler.inbox import sanitize_for_display
@@ -73,7 +75,15 @@ def why(t: Any, by_name: dict[str, Any] | None = None) -> str:
     return t.reason or ""
 
 
+#: deeper than this, a line of ``status --graph`` shows its depth instead of the tree's lines
+GRAPH_MAX_INDENT = 30
+
+
 def print_graph(tasks: list[Any]) -> int:
+    """The depends_on tree, walked without recursion (a chain may be thousands of tasks deep).
+
+    A task with several dependencies is shown under each of them; a task in a cycle (a store
+    filled before cycles were refused) is shown once, where the walk first meets it."""
     by_name = {t.name: t for t in tasks}
     children: dict[str, list[str]] = {}
     roots = []
@@ -83,18 +93,32 @@ def print_graph(tasks: list[Any]) -> int:
             roots.append(t.name)
         for d in deps:
             children.setdefault(d, []).append(t.name)
-
-    def show(name: str, prefix: str, last: bool, top: bool) -> None:
+    shown: set[str] = set()
+    # (name, prefix, last, depth, path of ancestors)
+    stack: list[tuple[str, str, bool, int, frozenset[str]]] = [
+        (r, "", True, 0, frozenset()) for r in reversed(roots)
+    ]
+    while stack:
+        name, prefix, last, depth, path = stack.pop()
         t = by_name[name]
-        reason = why(t, by_name)
+        reason = sanitize_for_display(why(t, by_name), one_line=True)
         line = f"{name} [{t.status.value}]" + (f" {reason}" if reason else "")
-        print(line if top else f"{prefix}{'└─ ' if last else '├─ '}{line}")
-        kids = children.get(name, [])
-        for i, k in enumerate(kids):
-            show(k, prefix + ("" if top else ("   " if last else "│  ")), i == len(kids) - 1, False)
-
-    for r in roots:
-        show(r, "", True, True)
+        if depth == 0:
+            print(line)
+        elif depth > GRAPH_MAX_INDENT:
+            print(f"{' ' * (3 * GRAPH_MAX_INDENT)}[depth {depth}] {line}")
+        else:
+            print(f"{prefix}{'└─ ' if last else '├─ '}{line}")
+        shown.add(name)
+        kids = [k for k in children.get(name, []) if k not in path and k != name]
+        sub = prefix + ("" if depth == 0 else ("   " if last else "│  "))
+        if depth >= GRAPH_MAX_INDENT:
+            sub = prefix
+        for i in range(len(kids) - 1, -1, -1):
+            stack.append((kids[i], sub, i == len(kids) - 1, depth + 1, path | {name}))
+    for t in tasks:  # only in a cycle: no root leads to it
+        if t.name not in shown:
+            print(f"{t.name} [{t.status.value}] (in a depends_on cycle)")
     return 0
 
 
@@ -145,3 +169,25 @@ def fresh_waiting(
             t = dataclasses.replace(t, waiting="ready: starts when an engine runs" if d.ok else d.reason)
         out.append(t)
     return out
+
+
+def print_gauges(store: Any, cfg: Any, home: Path, *, as_json: bool) -> int:
+    """``status --gauges``: the cockpit's gauges from the store (every host's pulse included);
+    with no live engine the headroom is read on this machine."""
+    import shutil
+
+    from fleet_tui import gauges
+    from fleet_tui.scheduler.headroom import read_headroom
+    from fleet_tui.scheduler.view import build_snapshot
+
+    now = time.time()
+    reading: dict[str, Any] = {}
+    if not any(now - h.heartbeat < 60 for h in store.hosts()):
+        hr = read_headroom(home)
+        reading = {"load": hr.load_per_core, "mem": hr.mem_available, "disk": hr.disk_free}
+    snap = build_snapshot(store, cfg, now, **reading)
+    if as_json:
+        print(json.dumps(gauges.as_json(snap, now), indent=1))
+    else:
+        print("\n".join(gauges.text_report(snap, now, width=shutil.get_terminal_size((100, 24)).columns)))
+    return 0

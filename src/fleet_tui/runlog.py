@@ -135,11 +135,11 @@ def idle_summary(
     waiting = [(n, r) for n, r in report]
     if waiting:
         lines.append(f"idle; {len(waiting)} task(s) still wait:")
-        lines += [f"  {n}: {r}" for n, r in waiting]
+        lines += [f"  {n}: {_clean(r)}" for n, r in waiting]
     parked = [p for p in person if ": needs_human" in p or p.endswith(": paused") or "fleet is paused" in p]
     if parked:
         lines.append(f"{len(parked)} need(s) a person:")
-        lines += [f"  {p}" for p in parked]
+        lines += [f"  {_clean(p)}" for p in parked]
     if not waiting and not parked:
         lines.append(f"idle; everything finished ({finished} task(s) done or cancelled)")
     if person:

@@ -16,6 +16,7 @@ first, in file order.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import subprocess
 import tomllib
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+from fleet_tui.trust import TrustError, read_capped
 
 __all__ = [
     "TaskFileError",
@@ -36,11 +38,18 @@ __all__ = [
 ]
 
 NAME_RE = re.compile(r"^[a-z0-9_-]+$")
+#: what a task id looks like (store.new_id): a name of that form would shadow a task's id
+ID_LIKE_RE = re.compile(r"^[a-z]-[0-9a-f]{14}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: the largest task file read (a path to /dev/zero or a log must not fill memory)
+MAX_TASKFILE_BYTES = 16 * 1024 * 1024
+#: integers a task may hold (the store keeps 64-bit integers; nobody needs more than this)
+MAX_INT = 2**31 - 1
 
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
     "timeout_min", "stall_min", "max_retries", "requires", "budget_usd", "setup", "merge", "env",
-    "verify", "artifact",
+    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro",
 )  # fmt: skip
 VERIFY_KEYS: tuple[str, ...] = ("run", "agent", "model", "coder", "timeout_min")
 ARTIFACT_KEYS: tuple[str, ...] = ("path", "min_chars", "contains")
@@ -214,6 +223,11 @@ _STR_KEYS = ("name", "prompt", "cwd", "coder", "model", "command", "git_ref", "s
 _NONEMPTY = ("prompt", "cwd", "coder", "run", "agent", "path")
 
 
+def _host(x: Any) -> bool:
+    """A host name of a ``network`` allowlist (``*.domain`` allowed; no scheme, path or NUL)."""
+    return isinstance(x, str) and bool(x.strip()) and not any(c in x for c in "/\0 ")
+
+
 def _check_value(key: str, v: Any) -> str | None:
     """A type/range message for one scalar, array or env task key, or None when the value is fine."""
     got = f"got {_type_name(v)}"
@@ -223,21 +237,44 @@ def _check_value(key: str, v: Any) -> str | None:
         if key == "name" and not NAME_RE.match(v):
             fixed = re.sub(r"[^a-z0-9_-]+", "-", v.lower()).strip("-") or "task-1"
             return f"bad name {v!r}: use only lowercase letters, digits, '-' and '_' (for example {fixed!r})"
+        if key == "name" and ID_LIKE_RE.match(v):
+            return (
+                f"bad name {v!r}: it looks like a task id, and would hide the task with that id; pick another"
+            )
         if key in _NONEMPTY and not v.strip():
             return f"{key} must not be empty"
+        if "\0" in v:
+            return f"{key} holds a NUL byte (\\0): remove it (a program's arguments cannot carry one)"
     elif key == "priority" and not _is_int(v):
         return f"priority must be an integer (higher runs first), {got}"
+    elif key == "priority" and abs(v) > MAX_INT:
+        return f"priority must be between {-MAX_INT} and {MAX_INT}, got {v}"
     elif key in ("max_retries", "min_chars") and (not _is_int(v) or v < 0):
         return f"{key} must be a whole number >= 0, {got if not _is_int(v) else v}"
+    elif key in ("max_retries", "min_chars") and v > MAX_INT:
+        return f"{key} must be at most {MAX_INT}, got {v}"
     elif key in ("timeout_min", "stall_min", "budget_usd"):
         if not _is_num(v):
             return f"{key} must be a number, {got}"
+        if not math.isfinite(v):
+            return f"{key} must be a finite number, got {v}"
         if v <= 0:
             return f"{key} must be greater than 0, got {v}"
     elif key in ("depends_on", "requires", "contains"):
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             example = '["other-task"]' if key == "depends_on" else '["a", "b"]'
             return f"{key} must be an array of strings like {example}, {got}"
+        if any("\0" in x for x in v):
+            return f"{key} holds a NUL byte (\\0): remove it"
+    elif key == "sandbox" and v not in ("bwrap", "none"):
+        later = " (docker is not supported yet)" if v == "docker" else ""
+        return f'sandbox must be "bwrap" or "none", got {v!r}{later}'
+    elif key == "network" and not (v in ("on", "none") or (isinstance(v, list) and v and all(map(_host, v)))):
+        return f'network must be "on", "none" or a list of host names like ["api.anthropic.com"], got {v!r}'
+    elif key in ("sandbox_rw", "sandbox_ro") and (
+        not isinstance(v, list) or not all(isinstance(x, str) and x.strip() and "\0" not in x for x in v)
+    ):
+        return f'{key} must be an array of paths like ["~/.cache/pip"], {got}'
     elif key == "merge" and v not in ("manual", "auto"):
         return f'merge must be "manual" or "auto", got {v!r}'
     elif key == "env":
@@ -245,6 +282,10 @@ def _check_value(key: str, v: Any) -> str | None:
             return f'env must be a table of strings like {{ FOO = "bar" }}, {got}'
         if bad := [k for k, x in v.items() if not isinstance(x, str)]:
             return f'env values must be strings: {", ".join(bad)} (quote numbers: "1")'
+        if bad := [k for k in v if not ENV_NAME_RE.match(k)]:
+            return f"env names must be letters, digits and _ (not starting with a digit): {bad[0]!r}"
+        if bad := [k for k, x in v.items() if "\0" in x]:
+            return f"env value of {bad[0]} holds a NUL byte (\\0): remove it"
     return None
 
 
@@ -292,13 +333,18 @@ class _Checks:
 
     def git_ref(self, cwd: str, ref: str) -> str | None:
         """A message when ``ref`` cannot be used from ``cwd``, else None."""
+        if ref.startswith("-") or "@{" in ref or any(c.isspace() or ord(c) < 0x20 for c in ref):
+            return (
+                f"git_ref {ref!r} is not a branch, tag or commit name (reflog and upstream forms like "
+                "HEAD@{u} move under a running fleet): name a branch, a tag or a commit"
+            )
         rc, top = self._git("-C", cwd, "rev-parse", "--show-toplevel")
         if rc != 0:
             return (
                 f"git_ref {ref!r} needs a git repository, but {cwd} is not inside one "
                 "(run `git init` there, or drop git_ref to run in the folder itself)"
             )
-        if self._git("-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] == 1:
+        if self._git("-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
             refs = self._git(
                 "-C", top, "for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags"
             )
@@ -346,6 +392,10 @@ class _Report:
         self.warnings.append(TaskFileError(self.file, self.line(at), msg))
 
 
+def _read_taskfile(path: Path) -> str:
+    return read_capped(path, MAX_TASKFILE_BYTES, "task file").decode("utf-8")
+
+
 def load_taskfile(
     path: Path,
     *,
@@ -362,16 +412,23 @@ def load_taskfile(
     Each spec's ``cwd`` is absolute and its ``source`` is ``file:line`` of its ``[[task]]``.
     """
     fname = str(path)
+    text = ""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_taskfile(Path(path))
         doc = tomllib.loads(text)
     except FileNotFoundError:
         return TaskFileResult(errors=(TaskFileError(fname, 0, "no such file"),))
     except (OSError, UnicodeDecodeError) as exc:
         return TaskFileResult(errors=(TaskFileError(fname, 0, f"cannot read the file: {exc}"),))
+    except TrustError as exc:  # not a regular file, or too large to be a task file
+        return TaskFileResult(errors=(TaskFileError(fname, 0, str(exc).removeprefix(f"{path}: ")),))
     except tomllib.TOMLDecodeError as exc:
         line, what = _toml_error_position(str(exc), text)
         return TaskFileResult(errors=(TaskFileError(fname, line, f"bad TOML: {what}"),))
+    except RecursionError:
+        return TaskFileResult(
+            errors=(TaskFileError(fname, 0, "bad TOML: arrays or tables nested too deeply"),)
+        )
 
     rep = _Report(fname, toml_key_lines(text))
     for key in doc:
@@ -509,6 +566,9 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
     for k, ver in enumerate(_entries(v.get("verify"))):
         if "coder" in ver and (msg := checks.coder(ver["coder"])):
             rep.err((*where["verify"], k, "coder"), f"verifier: {msg}")
+    for key in ("sandbox_rw", "sandbox_ro"):  # relative paths start at the file's folder, like cwd
+        if isinstance(v.get(key), list):
+            v[key] = [str((base / Path(x).expanduser()).resolve()) for x in v[key]]
     cwd_raw = v.get("cwd", ".")
     cwd = str((base / Path(cwd_raw).expanduser()).resolve())
     v["cwd"] = cwd
@@ -555,30 +615,40 @@ def _check_table_key(key: str, value: Any, at: Path_, rep: _Report) -> bool:
 
 
 def _cycles(graph: Mapping[str, list[str]]) -> list[list[str]]:
-    """Each dependency cycle once, as the names along it, starting at its earliest-listed task."""
+    """Each dependency cycle once, as the names along it, starting at its earliest-listed task.
+
+    A depth-first walk with an explicit stack: a chain thousands of tasks deep is fine."""
     order = {n: k for k, n in enumerate(graph)}
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
     found: list[list[str]] = []
     seen: set[frozenset[str]] = set()
 
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
-        stack.append(node)
-        for dep in graph.get(node, []):
+    for root in graph:
+        if root in state:
+            continue
+        state[root] = 1
+        path = [root]
+        where: dict[str, int] = {root: 0}  # position on the path, for slicing out a cycle
+        todo = [iter(graph.get(root, []))]
+        while todo:
+            dep = next(todo[-1], None)
+            if dep is None:
+                todo.pop()
+                done = path.pop()
+                where.pop(done, None)
+                state[done] = 2
+                continue
             if state.get(dep) == 1:
-                cyc = stack[stack.index(dep) :]
+                cyc = path[where[dep] :]
                 if frozenset(cyc) not in seen:
                     seen.add(frozenset(cyc))
                     start = min(range(len(cyc)), key=lambda k: order[cyc[k]])
                     found.append(cyc[start:] + cyc[:start])
             elif dep not in state:
-                visit(dep, stack)
-        stack.pop()
-        state[node] = 2
-
-    for node in graph:
-        if node not in state:
-            visit(node, [])
+                state[dep] = 1
+                where[dep] = len(path)
+                path.append(dep)
+                todo.append(iter(graph.get(dep, [])))
     return found
 
 
@@ -603,8 +673,17 @@ def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
         timeout_min=num("timeout_min"), stall_min=num("stall_min"), max_retries=v.get("max_retries"),
         requires=tuple(v.get("requires", ())), verify=tuple(verify), budget_usd=num("budget_usd"),
         setup=v.get("setup"), merge=v.get("merge", "manual"),
-        env=tuple(sorted(v.get("env", {}).items())), source=source,
+        env=tuple(sorted(v.get("env", {}).items())), source=source, sandbox=v.get("sandbox"),
+        network=_network(v.get("network")), sandbox_rw=tuple(v.get("sandbox_rw", ())),
+        sandbox_ro=tuple(v.get("sandbox_ro", ())),
     )  # fmt: skip
+
+
+def _network(value: Any) -> tuple[str, ...] | None:
+    """``network``: "on" (or absent) -> None, "none" -> (), a host list -> the hosts."""
+    if value is None or value == "on":
+        return None
+    return () if value == "none" else tuple(value)
 
 
 _POS_RE = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
@@ -652,6 +731,13 @@ def validate_spec(
             table[key] = list(getattr(spec, key))
     if spec.env:
         table["env"] = dict(spec.env)
+    if spec.sandbox is not None:
+        table["sandbox"] = spec.sandbox
+    if spec.network is not None:
+        table["network"] = list(spec.network) or "none"
+    for key in ("sandbox_rw", "sandbox_ro"):
+        if getattr(spec, key):
+            table[key] = list(getattr(spec, key))
     fields_of = {"run": ("run", "timeout_min"), "agent": ("agent", "coder", "model", "timeout_min"),
                  "artifact": ("path", "min_chars", "contains")}  # fmt: skip
     for ver in spec.verify:

@@ -12,6 +12,7 @@ from fleet_tui.scheduler.model import (
     Event,
     Gauges,
     Host,
+    HostSeries,
     Question,
     RateLimit,
     Snapshot,
@@ -345,3 +346,118 @@ def parked() -> FakeEngine:
 
 def make_app(engine: FakeEngine, **kw: object) -> FleetApp:
     return FleetApp(engine, title="fleet-tui", clock=lambda: NOW, **kw)  # type: ignore[arg-type]
+
+
+#: agent/verifier/git text that tries to drive the terminal: an OSC 52 clipboard write, an OSC 0
+#: title, a screen clear, an OSC 8 hyperlink, 8-bit C1 CSI/OSC, a bidi override and markup
+HOSTILE = (
+    "pwn\x1b]52;c;aGFja2Vk\x07 title\x1b]0;owned\x07 clear\x1b[2J "
+    "\x1b]8;;http://evil.example/\x1b\\link\x1b]8;;\x1b\\ c1\x9b31m osc\x9d0;t\x9c "
+    "bidi\u202eevil\u202c [b]mk[/b]"
+)
+#: what must never reach the screen
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\x9c", "\x9d", "\u202e", "\u202c")
+
+
+def hostile() -> FakeEngine:
+    """Every widget fed hostile text: the task's prompt and reason, its events, a question with
+    options, attempts with verifier output, transitions, a diff, an account and a host name."""
+    t = task(
+        id="t-0666",
+        name="evil",
+        prompt="prompt " + HOSTILE,
+        status=S.NEEDS_HUMAN,
+        reason="agent_blocked: " + HOSTILE,
+        attempt=1,
+        coder="shell",
+        host="box1",
+        started_at=NOW - 100,
+        finished_at=NOW - 10,
+        updated_at=NOW - 10,
+        result_text="result " + HOSTILE,
+    )
+    question = Question("q-0666", "t-0666", 1, NOW - 5, "ask " + HOSTILE, options=("opt " + HOSTILE, "no"))
+    host = Host(name="box\x1b]0;hostname\x07", heartbeat=NOW, cores=2, load=0.5, mem_available=GIB)
+    engine = FakeEngine(
+        Snapshot(
+            taken_at=NOW,
+            tasks=(t,),
+            questions=(question,),
+            hosts=(host,),
+            gauges=base_gauges(
+                rate_limits=(RateLimit("acct\x1b]52;c;eA==\x07", "allowed", 0.5, NOW + 60, "w\x1b[2J", NOW),)
+            ),
+        )
+    )
+    engine.events_by_task["t-0666"] = [
+        Event("t-0666", 1, 0, NOW - 50, "text", text="text " + HOSTILE),
+        Event("t-0666", 1, 1, NOW - 49, "tool_call", tool="Bash\x1b[2J", tool_input={"command": HOSTILE}),
+        Event("t-0666", 1, 2, NOW - 48, "stderr", text="stderr " + HOSTILE),
+        Event("t-0666", 1, 3, NOW - 47, "error", text="error " + HOSTILE, is_error=True),
+    ]
+    engine.attempts_by_task["t-0666"] = [
+        Attempt(
+            "t-0666", 1, "box1:1", "/tmp/a1", NOW - 100, ended_at=NOW - 10, exit_code=1,
+            outcome="verify_failed", detail="detail " + HOSTILE, verify_output="verifier " + HOSTILE,
+        )
+    ]  # fmt: skip
+    engine.transitions_by_task["t-0666"] = [
+        Transition("t-0666", NOW - 10, "running", "needs_human", "reason " + HOSTILE, 1, "box1\x1b]0;x\x07")
+    ]
+    engine.diffs["t-0666"] = (
+        f" evil{HOSTILE}.py | 1 +\n diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new {HOSTILE}"
+    )
+    return engine
+
+
+def pulse_history(host: str, scale: float, n: int = 120) -> HostSeries:
+    """A deterministic hour of 30 s buckets ending at ``NOW``: a ramp with a lull."""
+    first = int(NOW // 30) - n + 1
+    running = tuple(min(4, (i // 12) % 5) if i % 40 >= 6 else 0 for i in range(n))
+    events = tuple(int(scale * (20 + 15 * ((i * 7) % 11))) * (1 if r else 0) for i, r in enumerate(running))
+    tokens = tuple(e * 90 for e in events)
+    cost = tuple(round(t * 0.000004, 4) for t in tokens)
+    return HostSeries(host, 30.0, first * 30.0, running, events, tokens, cost)
+
+
+def gauges_fleet(budget: float | None = 5.0) -> FakeEngine:
+    """Gauges in every state: slots near (3/4), load over its gate (held), memory near its floor,
+    disk ok; claude held until a reset, codex near its threshold, gemini ok; two hosts with an
+    hour of history; today's spend against a budget."""
+    engine = several_running()
+    snap = engine.snapshot()
+    hosts = (
+        HOST,
+        Host(name="box2", heartbeat=NOW - 2, cores=4, load=0.4, mem_available=6 * GIB, running=1),
+    )
+    g = base_gauges(
+        running=3,
+        max_concurrent=4,
+        load_per_core=2.4,
+        max_load_per_core=2.0,
+        mem_available=int(4.5 * GIB),
+        mem_floor=2 * GIB,
+        agent_mem=int(1.5 * GIB),
+        agent_mem_measured=True,
+        disk_free=41 * GIB,
+        disk_floor=1 * GIB,
+        hosts=2,
+        budget_usd=budget,
+        budget_spent_usd=3.2,
+        rate_limits=(
+            RateLimit("claude", "rejected", 1.0, NOW + 1830, "five_hour", NOW - 60),
+            RateLimit("codex", "allowed_warning", 0.81, NOW + 3 * 3600 + 300, "weekly", NOW - 30),
+            RateLimit("gemini", "allowed", 0.12, NOW + 86000, "daily", NOW - 60),
+        ),
+        rate_holds=(("claude", NOW + 1830),),
+    )
+    engine.set_snapshot(
+        Snapshot(
+            taken_at=NOW,
+            tasks=snap.tasks,
+            hosts=hosts,
+            gauges=g,
+            series=(pulse_history("box1", 1.0), pulse_history("box2", 0.4)),
+        )
+    )
+    return engine

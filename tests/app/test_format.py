@@ -92,15 +92,11 @@ def test_parse_filter_errors_and_matching() -> None:
     assert fmt.parse_filter("").empty
 
 
-def test_header_and_gauges_text() -> None:
+def test_header_text() -> None:
     snap = sc.rate_limited().snapshot()
     head = fmt.header_text("fleet-tui", snap, questions=2, now=sc.NOW)
     assert head.startswith("fleet-tui ─ 1 running · 2 queued · 2 questions · rate limited (resets 16:30)")
     assert "mem 9.8G free" in head
-    lines = fmt.gauges_lines(snap, sc.NOW)
-    assert lines[0].startswith("slots 1/4 · load 0.3/core")
-    assert any(line.startswith("claude limited (resets 16:30) [five_hour]") for line in lines)
-    assert any(line.startswith("gemini 12%") for line in lines)
 
 
 def test_event_lines() -> None:
@@ -140,11 +136,24 @@ def test_validate_new_task(tmp_path: Path) -> None:
 
 
 def test_cockpit_imports_no_engine_internals() -> None:
+    # inbox (and the store protocol it names) is allowed: it holds sanitize_for_display, the one
+    # rule for showing agent text, shared by the CLI and the cockpit; series holds the pulse's
+    # pure arithmetic, shared with `status --gauges`
     code = (
         "import sys, fleet_tui.app.app, fleet_tui.screens.detail;"
         "bad = [m for m in sys.modules if m.startswith('fleet_tui.scheduler.') and m.split('.')[-1] "
-        "not in ('api', 'model', 'states', '__init__')];"
+        "not in ('api', 'model', 'states', 'inbox', 'store', 'series', '__init__')];"
         "print(','.join(sorted(bad)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_inert_shows_escapes_visibly() -> None:
+    assert fmt.inert("\x1b[31mred\x1b[0m") == "red"  # colours are dropped quietly
+    assert fmt.inert("a\x1b]52;c;eA==\x07b") == "a␛]52;c;eA==␇b"
+    assert fmt.inert("\x9b2J\x9d0;t\x9c") == "␛[2J␛]0;t␛\\"
+    assert fmt.inert("x\u202ey\x00\x7f") == "x<U+202E>y␀␡"
+    assert fmt.inert("one\r\ntwo\rthree") == "one\ntwo\nthree"
+    assert fmt.inert("one\ntwo  three", one_line=True) == "one two three"
+    assert fmt.truncate("\x1b]0;title\x07rest", 80) == "␛]0;title␇rest"

@@ -18,18 +18,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from rich.text import Text
 from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, Input, TextArea
 from textual.worker import Worker, WorkerState
 
 from fleet_tui.app.commands import FleetCommands
-from fleet_tui.app.format import diffstat, parse_filter, state_text
+from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, QueueTable, focus_now
 from fleet_tui.app.stream import FILL_LIMIT, StreamLog
+from fleet_tui.gauges import Gauge, gauges
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
 from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
 from fleet_tui.scheduler.states import ACTIVE, TERMINAL, TaskStatus
@@ -52,7 +55,7 @@ class FleetApp(App[None]):
     COMMANDS = App.COMMANDS | {FleetCommands}
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "new_task", "new"),
+        Binding("n", "new_task", "new", priority=True),  # priority: see "a" below
         Binding("enter", "detail", "detail", key_display="⏎"),
         # priority: handled as the key arrives, so keys typed right after it (fast typing, a paste,
         # a batch over ssh) already land in the input it opens instead of on cockpit bindings
@@ -99,6 +102,7 @@ class FleetApp(App[None]):
         ("escape", "close a dialog, cancel an answer, clear the filter"),
         ("ctrl+p", "command palette (every action)"),
         ("ctrl+q", "quit (same as q)"),
+        ("h (gauges pane)", "sparklines per host / for the whole fleet"),
     ]
 
     def __init__(
@@ -171,7 +175,7 @@ class FleetApp(App[None]):
         if on_top and action in self.MAIN_ACTIONS:
             return False
         # the priority keys are plain characters while someone types in a text field
-        return not (action in ("filter", "answer") and isinstance(self.focused, Input | TextArea))
+        return not (action in ("filter", "answer", "new_task") and isinstance(self.focused, Input | TextArea))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The hosted engine stopping on its own is news: say so rather than go quietly stale."""
@@ -182,6 +186,20 @@ class FleetApp(App[None]):
             self.notify(f"The engine stopped: {worker.error!r}", severity="error", timeout=30)
         elif event.state == WorkerState.SUCCESS:
             self.notify("The engine stopped.", severity="warning", timeout=30)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Toasts carry engine messages (agent reasons, git errors): inert text, never markup (a
+        widget's ``notify`` asks for markup by default; agent text could then make a link)."""
+        del markup
+        super().notify(inert(message), title=inert(title), severity=severity, timeout=timeout, markup=False)
 
     # ------------------------------------------------------------------ engine -> view
 
@@ -222,6 +240,10 @@ class FleetApp(App[None]):
         self._retitle_queue()
         self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
         self.gauges.show(self.snap, now)
+
+    def gauges_rows(self) -> list[Gauge]:
+        """The gauges as the pane shows them now (for the palette and tests)."""
+        return gauges(self.snap, self.clock())
 
     def _snap_now(self) -> Snapshot:
         return replace(self.snap, tasks=tuple(self.tasks.values()))
@@ -297,6 +319,9 @@ class FleetApp(App[None]):
                 self.queue.update_task(self.tasks[tid], now, tid in after)
         if events:
             self.stream.offer(events)
+            for screen in self.screen_stack:  # an open detail screen follows its task's log
+                if isinstance(screen, DetailScreen):
+                    screen.offer(events)
         selected = self.queue.selected_id
         if selected in touched:
             self._retitle_stream(selected)
@@ -328,11 +353,12 @@ class FleetApp(App[None]):
             self.stream.border_subtitle = ""
             return
         state = state_text(task, task.asking or task.id in self.asking)
-        self.stream.border_subtitle = state if state != task.status.value else ""
+        # Text, not str: a str title is parsed as markup, and the state holds agent text
+        self.stream.border_subtitle = Text(state) if state != task.status.value else ""
         model = task.model or task.spec.model
         coder = task.coder or task.spec.coder or "default"
-        self.stream.border_title = (
-            f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})"
+        self.stream.border_title = Text(
+            inert(f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})")
         )
 
     @property
@@ -450,15 +476,20 @@ class FleetApp(App[None]):
 
     def action_detail(self) -> None:
         if (task := self._need_selected()) is not None:
-            self.push_screen(DetailScreen(self.engine, task, self.clock))
+            tid = task.id
+            self.push_screen(DetailScreen(self.engine, task, self.clock, lambda: self.tasks.get(tid)))
 
-    def action_new_task(self) -> None:
+    async def action_new_task(self) -> None:
         async def submit(spec: TaskSpec) -> CommandResult:
             result = await self._command(self.engine.add([spec]))
             return result or CommandResult(False, "the engine did not answer")
 
         names = {t.name for t in self.tasks.values()}
-        self.push_screen(NewTaskScreen(submit, names, self.base_dir))
+        form = NewTaskScreen(submit, names, self.base_dir)
+        # wait for the form to mount and focus its first field before the next key is read, so
+        # keys typed right after "n" (fast typing, a paste) land in the form, not on the cockpit
+        await self.push_screen(form)
+        form.focus_first()
 
     def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
         main = [(key, description) for key, _, description in self.action_table()]

@@ -7,6 +7,7 @@ rule can be tested without starting an app. Nothing here imports Textual; styles
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from rich.style import Style
 from rich.text import Text
 
-from fleet_tui.scheduler.model import Event, Gauges, Question, RateLimit, Snapshot, Task
+from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.model import Event, Question, RateLimit, Snapshot, Task
 from fleet_tui.scheduler.states import TaskStatus
 
 #: one glyph per state; "asking" overrides the state's glyph
@@ -45,9 +47,25 @@ QUEUE_COLUMNS: tuple[tuple[str, str, int], ...] = (
 COLUMN_WIDTHS: dict[str, int] = {key: width for key, _, width in QUEUE_COLUMNS}
 
 
+#: colour and style sequences (CSI ... m): harmless, common in tool output, dropped quietly
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+
+
+def inert(text: object, *, one_line: bool = False) -> str:
+    """Text that came from an agent, a verifier, git or a task file, made inert for the screen.
+
+    Colour sequences are dropped; everything else goes through ``sanitize_for_display``
+    (``scheduler.inbox``, the rule the CLI uses too), which shows every other escape and control
+    character visibly (an OSC 52 clipboard write reads ``␛]52;c;…␇``, a bidi override
+    ``<U+202E>``) so a person sees that something tried and nothing reaches the terminal as a
+    control. Newlines are kept unless ``one_line``. Every widget passes such text through here."""
+    s = text if isinstance(text, str) else str(text)
+    return sanitize_for_display(_SGR.sub("", s), one_line=one_line)
+
+
 def truncate(text: str, width: int) -> str:
-    """One display line: newlines folded, cut to ``width`` with an ellipsis."""
-    line = " ".join(text.split("\n"))
+    """One display line, inert: newlines folded, cut to ``width`` with an ellipsis."""
+    line = " ".join(inert(text).split("\n"))
     if width <= 0:
         return ""
     return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
@@ -113,7 +131,12 @@ def is_asking(task: Task, asking_ids: Iterable[str] = ()) -> bool:
 
 
 def state_text(task: Task, asking: bool = False) -> str:
-    """The state column: the waiting reason when queued, the reason when parked, or asking."""
+    """The state column: the waiting reason when queued, the reason when parked, or asking.
+    Reasons carry agent and git text, so the result is inert (one line)."""
+    return inert(_state_text(task, asking), one_line=True)
+
+
+def _state_text(task: Task, asking: bool) -> str:
     if asking:
         return "asks a question"
     status = task.status
@@ -253,41 +276,20 @@ def worst_rate_limit(limits: Iterable[RateLimit]) -> RateLimit | None:
 
 
 def rate_limit_text(rl: RateLimit, now: float, short: bool = False) -> str:
-    label = "rate" if short else rl.account
+    label = "rate" if short else inert(rl.account, one_line=True)
     util = "limited" if rl.status == "rejected" else percent(rl.utilization)
     text = f"{label} {util}"
     if rl.resets_at is not None and rl.resets_at > now:
         text += f" (resets {clock_time(rl.resets_at)})"
     if not short and rl.window:
-        text += f" [{rl.window}]"
+        text += f" [{inert(rl.window, one_line=True)}]"
     return text
-
-
-def gauges_lines(snap: Snapshot, now: float) -> list[str]:
-    """The gauges pane: slots, load, memory, disk, hosts, then one line per rate-limit account."""
-    g: Gauges = snap.gauges
-    load = "?" if g.load_per_core is None else f"{g.load_per_core:.1f}/core"
-    mem = size(g.mem_available)
-    if g.mem_floor:
-        mem += f" free (floor {size(g.mem_floor)})"
-    else:
-        mem += " free"
-    first = f"slots {g.running}/{g.max_concurrent or '?'} · load {load} · disk {size(g.disk_free)}"
-    if g.paused:
-        first = "fleet PAUSED · " + first
-    lines = [first, f"mem {mem}"]
-    hosts = ", ".join(f"{h.name} ({h.running} run, {size(h.mem_available)})" for h in snap.hosts)
-    lines.append(f"hosts {g.hosts}" + (f": {hosts}" if hosts else ""))
-    if g.budget_usd is not None:
-        lines.append(f"budget {cost(g.budget_spent_usd)} of {cost(g.budget_usd)}")
-    lines.extend(rate_limit_text(rl, now) for rl in g.rate_limits)
-    return lines
 
 
 def question_line(q: Question, task_name: str) -> str:
     picks = list(q.choices) + (["…"] if q.options and q.free_text else [])
     opts = f" [{' / '.join(picks)}]" if picks else ""
-    return f"{task_name}: {q.text}{opts}"
+    return inert(f"{task_name}: {q.text}{opts}", one_line=True)
 
 
 # ---------------------------------------------------------------------------------------- events
@@ -350,7 +352,7 @@ def event_summary(ev: Event) -> str:
         body = ev.text or ev.tool or ""
     if ev.is_error and ev.kind not in ("error", "stderr"):
         body = "ERROR " + body
-    return body
+    return inert(body)
 
 
 def event_line(ev: Event, width: int, style_for: Callable[[str], Style] | None = None) -> Text:
@@ -386,7 +388,7 @@ def diff_text(diff: str, style_for: Callable[[str], Style] | None = None) -> Tex
         elif line.startswith("@@"):
             var = "text-accent"
         style = style_for(var) if (style_for is not None and var) else Style()
-        text.append(line + "\n", style=style)
+        text.append(inert(line) + "\n", style=style)
     return text
 
 
@@ -397,7 +399,7 @@ def diffstat(diff: str, limit: int = 30) -> str:
         if line.startswith(("diff --git", "--- ", "@@")):
             break
         head.append(line)
-    stat = "\n".join(head).strip()
+    stat = inert("\n".join(head)).strip()
     if stat:
         lines = stat.splitlines()
         return "\n".join(lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else []))
@@ -405,5 +407,5 @@ def diffstat(diff: str, limit: int = 30) -> str:
     added = sum(1 for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
     removed = sum(1 for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---"))
     if not files:
-        return diff.strip()[:500] or "(empty diff)"
-    return f"{len(files)} file(s) changed, +{added} -{removed}\n" + "\n".join(files[:limit])
+        return inert(diff.strip()[:500]) or "(empty diff)"
+    return f"{len(files)} file(s) changed, +{added} -{removed}\n" + inert("\n".join(files[:limit]))

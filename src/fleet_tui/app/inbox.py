@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from fleet_tui.app.format import question_line, truncate
+from fleet_tui.app.format import inert, question_line, truncate
 from fleet_tui.app.queue import focus_now
 from fleet_tui.scheduler.model import Question
 
@@ -105,10 +105,12 @@ class Inbox(Vertical):
         self.answering = question
         item = self.items.get(question.id)
         who = item.task_name if item else question.task_id
-        self.query_one("#answer-question", Static).update(Text(f"{who} asks: {question.text}"))
+        self.query_one("#answer-question", Static).update(Text(inert(f"{who} asks: {question.text}")))
         options = self.query_one("#answer-options", OptionList)
         picks = question.choices  # without the marker of a question that also takes free text
-        options.set_options(Option(Text(f"{n}. {opt}"), id=str(n - 1)) for n, opt in enumerate(picks, 1))
+        options.set_options(
+            Option(Text(inert(f"{n}. {opt}", one_line=True)), id=str(n - 1)) for n, opt in enumerate(picks, 1)
+        )
         options.display = bool(picks)
         self.query_one("#answer-form").display = True
         self.add_class("answering")

@@ -1,16 +1,32 @@
 """The two read-only panes fed from the snapshot: the one-line header and the gauges.
 
 Both are repainted from a frozen ``Snapshot`` about once a second (the memray-style pull), plus on
-live gauge/question events; the text itself is built by ``format`` so the panes only display it.
+live gauge/question events. The header's text is built by ``format``; the gauges' figures and
+states by ``fleet_tui.gauges`` (shared with ``status --gauges``), so the panes only draw them: a
+bar per gauge coloured by state through the theme (ok / near / held), the number beside it, and
+Textual ``Sparkline`` widgets for the fleet's pulse (per host on demand, ``h``). The pane fits its
+size: when the bars do not fit one per line they pair up and drop their notes, and sparklines get
+whatever lines are left.
 """
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual.widgets import Static
+from typing import ClassVar
 
-from fleet_tui.app.format import gauges_lines, header_text
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from fleet_tui.app.format import header_text, inert
+from fleet_tui.app.theme import ThemeStyles
+from fleet_tui.gauges import Gauge, Pulse, gauges, pulses
 from fleet_tui.scheduler.model import Snapshot
+from fleet_tui.scheduler.series import KEEP
+
+#: the theme variable each state is drawn with
+STATE_VARIABLES = {"ok": "text-success", "near": "text-warning", "held": "text-error"}
 
 
 class FleetHeader(Static):
@@ -23,14 +39,145 @@ class FleetHeader(Static):
             self.update(Text(text, no_wrap=True, overflow="ellipsis"))
 
 
-class GaugesPane(Static):
-    """Slots, load, memory, disk, hosts and rate limits per account."""
+class PulseRow(Horizontal):
+    """One sparkline with its label and latest figure."""
+
+    def __init__(self, pulse: Pulse) -> None:
+        super().__init__(classes="pulse-row")
+        self.label = Static("", classes="pulse-label")
+        self.line = Sparkline([0.0], classes="pulse-line")
+        self.set(pulse)
+
+    def compose(self) -> ComposeResult:
+        yield self.label
+        yield self.line
+
+    def set(self, pulse: Pulse) -> None:
+        who = "" if pulse.host == "fleet" else f"{pulse.host} "
+        self.label.update(Text(inert(f"{who}{pulse.label} {pulse.now}", one_line=True), no_wrap=True))
+        # the line always spans the hour: a young fleet's few buckets sit at the right end
+        # instead of being stretched over the whole width
+        values = list(pulse.values)
+        self.line.data = [0.0] * max(KEEP - len(values), 0) + values
+
+
+class GaugesPane(Vertical):
+    """Bars for slots, load, memory, disk, each rate-limit account and the day's spend, then
+    sparklines of running agents, events/s, tokens/min and cost/hour."""
+
+    can_focus = True
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("h", "per_host", "per host")]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.bars = Static("", id="gauge-bars")
+        self.pulse_box = Vertical(id="pulse")
+        self.per_host = False
+        self.snap: Snapshot | None = None
+        self.now = 0.0
+        self._last: object = None
+        self._rows: list[PulseRow] = []
+
+    def compose(self) -> ComposeResult:
+        yield self.bars
+        yield self.pulse_box
 
     def on_mount(self) -> None:
         self.border_title = "Gauges"
+        self._styles = ThemeStyles(self.app)
+
+    def on_resize(self) -> None:
+        self._last = None
+        if self.snap is not None:
+            self.show(self.snap, self.now)
+
+    def action_per_host(self) -> None:
+        self.per_host = not self.per_host
+        self._last = None
+        if self.snap is not None:
+            self.show(self.snap, self.now)
+        self.notify("sparklines per host" if self.per_host else "sparklines for the whole fleet")
 
     def show(self, snap: Snapshot, now: float) -> None:
-        text = "\n".join(gauges_lines(snap, now))
-        if text != getattr(self, "_last", None):
-            self._last = text
-            self.update(Text(text, no_wrap=True, overflow="ellipsis"))
+        self.snap, self.now = snap, now
+        width = self.content_region.width or 40
+        height = self.content_region.height or 4
+        rows = gauges(snap, now)
+        key = (snap.gauges, snap.series, int(now), width, height, self.per_host)
+        if key == self._last:
+            return
+        self._last = key
+        paired = len(rows) > height
+        label_w = min(max((len(r.label) for r in rows), default=5), 10) + 1
+        lines = self._pairs(rows, width) if paired else [self._line(r, width, label_w) for r in rows]
+        self.bars.update(Text("\n").join(lines[:height] if paired else lines))
+        hidden = max(len(lines) - height, 0)
+        self.border_subtitle = (
+            f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""
+        )
+        room = max(height - len(lines), 0)
+        self._show_pulses(pulses(snap, now, per_host=self.per_host)[:room])
+
+    # ------------------------------------------------------------------ drawing
+
+    def _bar(self, gauge: Gauge, width: int) -> Text:
+        style = self._styles(STATE_VARIABLES[gauge.state])
+        if gauge.key == "today":
+            return Text(" " * width)
+        n = round(max(0.0, min(gauge.fill, 1.0)) * width)
+        if gauge.fill > 0 and n == 0:
+            n = 1  # something is used: show it
+        bar = Text("█" * n, style=style)
+        bar.append("░" * (width - n), style=self._styles("foreground-muted"))
+        return bar
+
+    def _line(self, gauge: Gauge, width: int, label_w: int) -> Text:
+        """``slots  ████░░░░ 3/4 gate 2.0``: the note after the number when there is room."""
+        label = f"{inert(gauge.label, one_line=True)[: label_w - 1]:<{label_w}}"
+        value = f" {gauge.value}"
+        bar_w = max(4, min(24, width - len(label) - len(value) - 1 - min(len(gauge.note), 30)))
+        text = Text(label)
+        text.append_text(self._bar(gauge, bar_w))
+        text.append(value, style=self._styles(STATE_VARIABLES[gauge.state]))
+        room = width - len(text.plain) - 1
+        if gauge.note and room > 3:
+            note = gauge.note if len(gauge.note) <= room else gauge.note[: room - 1] + "…"
+            text.append(" " + note, style=self._styles("foreground-muted"))
+        text.truncate(width, overflow="ellipsis")
+        return text
+
+    def _cell(self, gauge: Gauge, width: int) -> Text:
+        """The short form for paired lines: label, bar, number (a held account keeps its time)."""
+        label = f"{inert(gauge.label, one_line=True)[:6]} "
+        value = gauge.value.replace(" free", "")
+        if gauge.key.startswith("rate:") and gauge.value == "held" and "resumes " in gauge.note:
+            value = "→" + gauge.note.split("resumes ", 1)[1].split(" ")[0]
+        value = " " + value
+        bar_w = max(2, width - len(label) - len(value))
+        text = Text(label)
+        text.append_text(self._bar(gauge, bar_w))
+        text.append(value, style=self._styles(STATE_VARIABLES[gauge.state]))
+        text.truncate(width, overflow="ellipsis")
+        return text
+
+    def _pairs(self, rows: list[Gauge], width: int) -> list[Text]:
+        half = (width - 1) // 2
+        out = []
+        for i in range(0, len(rows), 2):
+            line = self._cell(rows[i], half)
+            if i + 1 < len(rows):
+                line.pad_right(half - len(line.plain) + 1)
+                line.append_text(self._cell(rows[i + 1], width - half - 1))
+            out.append(line)
+        return out
+
+    def _show_pulses(self, shown: list[Pulse]) -> None:
+        if len(shown) != len(self._rows):
+            self.pulse_box.remove_children()
+            self._rows = [PulseRow(p) for p in shown]
+            if self._rows:
+                self.pulse_box.mount_all(self._rows)
+        else:
+            for row, p in zip(self._rows, shown, strict=True):
+                row.set(p)
+        self.pulse_box.display = bool(shown)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from textual.widgets import RichLog
 
-from fleet_tui.app.format import event_line
+from fleet_tui.app.format import event_line, inert
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.scheduler.model import Event
 
@@ -61,7 +61,7 @@ class StreamLog(RichLog):
             stored = await loader()
         except Exception as exc:  # the engine refused: show why, keep following live
             stored = []
-            self.write(f"(could not load stored events: {exc})")
+            self.write(inert(f"(could not load stored events: {exc})"))
         if task_id != self.task_id:
             return
         live = self._buffer

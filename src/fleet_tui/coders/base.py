@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Task
+from fleet_tui.trust import read_capped
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,57 @@ class Coder(Protocol):
 
 _DECODER = json.JSONDecoder()
 
+#: most characters an event keeps of a text, a tool's input or its raw vendor object; the whole
+#: line stays in the attempt's stdout.jsonl (``fleet-tui logs --raw``)
+EVENT_FIELD_CAP = 256 * 1024
+
+
+def _size_over(value: Any, budget: int) -> int:
+    """What is left of ``budget`` after ``value``'s rough JSON size; stops early below 0, so a
+    30 MB structure costs no more than the cap to measure."""
+    stack = [value]
+    while stack and budget >= 0:
+        v = stack.pop()
+        if isinstance(v, str):
+            budget -= len(v) + 2
+        elif isinstance(v, dict):
+            budget -= 2
+            for k, x in v.items():
+                budget -= len(str(k)) + 4
+                stack.append(x)
+        elif isinstance(v, list | tuple):
+            budget -= 2
+            stack.extend(v)
+        else:
+            budget -= 8
+    return budget
+
+
+#: the largest user config file a coder reads to build its per-run layer
+MAX_USER_CONFIG_BYTES = 4 * 1024 * 1024
+
+
+def read_user_config(path: Path) -> str:
+    """A user's CLI config file as text, read with a cap: a path to /dev/zero, a FIFO or a huge
+    file raises ValueError (TrustError) instead of hanging or filling the engine's memory
+    (callers then run without the user's layer, as for an unreadable file)."""
+    return read_capped(path, MAX_USER_CONFIG_BYTES, "config").decode("utf-8")
+
+
+def cap_text(text: str, cap: int = EVENT_FIELD_CAP) -> str:
+    if len(text) <= cap:
+        return text
+    return text[:cap] + f"\n[... {len(text) - cap} more characters in stdout.jsonl]"
+
+
+def cap_value(value: Any, cap: int = EVENT_FIELD_CAP) -> Any:
+    """``value`` when its JSON is at most ``cap`` characters, else a string with its first
+    ``cap`` characters and how much was cut (the whole value stays in stdout.jsonl)."""
+    if value is None or isinstance(value, int | float | bool) or _size_over(value, cap) >= 0:
+        return value
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return cap_text(text, cap)
+
 
 class BaseNormalizer:
     """Shared plumbing: sequence numbers and safe fallbacks for lines a coder cannot parse."""
@@ -109,6 +161,14 @@ class BaseNormalizer:
         self.rate_limit: RateLimit | None = None
 
     def ev(self, ts: float, kind: str, **kw: Any) -> Event:
+        # an event is stored and sent to every viewer: a huge tool input or result is kept whole
+        # in stdout.jsonl only
+        if isinstance(kw.get("text"), str):
+            kw["text"] = cap_text(kw["text"])
+        if kw.get("tool_input") is not None:
+            kw["tool_input"] = cap_value(kw["tool_input"])
+        if kw.get("raw") is not None and _size_over(kw["raw"], EVENT_FIELD_CAP) < 0:
+            kw["raw"] = None
         e = Event(task_id=self.task_id, attempt=self.attempt, seq=self.seq, ts=ts, kind=kind, **kw)
         self.seq += 1
         if kind == "text" and kw.get("text"):
@@ -145,6 +205,9 @@ class BaseCoder:
     #: each model is its own rate-limit account (the simulated agent uses it to show one account
     #: limited while another keeps running); real CLIs share one account per coder
     per_model_accounts: ClassVar[bool] = False
+    #: what the CLI itself writes under HOME (folders or files, ``~/``-relative), kept writable
+    #: when they exist and the task runs in a sandbox (the rest of HOME is read-only)
+    sandbox_state: ClassVar[tuple[str, ...]] = ()
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {}

@@ -372,6 +372,8 @@ class ClaudeCoder(BaseCoder):
     name: ClassVar[str] = "claude"
     program: ClassVar[str | None] = "claude"
     install_hint: ClassVar[str] = "npm install -g @anthropic-ai/claude-code"
+    #: the user's config dir and file (used with a subscription login; an API key gets its own)
+    sandbox_state: ClassVar[tuple[str, ...]] = ("~/.claude/", "~/.claude.json")
 
     @staticmethod
     def mcp_config_path(ctx: AttemptContext) -> Path:

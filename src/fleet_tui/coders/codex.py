@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import tomlkit
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer
+from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, read_user_config
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
 #: seconds Codex lets the ask_human MCP tool run (it blocks until a human answers)
@@ -440,6 +440,8 @@ class CodexCoder(BaseCoder):
     name: ClassVar[str] = "codex"
     program: ClassVar[str | None] = "codex"
     install_hint: ClassVar[str] = "npm install -g @openai/codex"
+    #: nothing: the run has its own CODEX_HOME (the user's ~/.codex is only read)
+    sandbox_state: ClassVar[tuple[str, ...]] = ()
 
     @staticmethod
     def codex_home(ctx: AttemptContext) -> Path:
@@ -480,7 +482,7 @@ class CodexCoder(BaseCoder):
         user_cfg = self.user_home() / "config.toml"
         if base_url is None and user_cfg.is_file():
             try:
-                doc = tomlkit.parse(user_cfg.read_text(encoding="utf-8"))
+                doc = tomlkit.parse(read_user_config(user_cfg))
             except Exception:  # an unreadable user config must not block the run
                 doc = tomlkit.document()
         doc.pop("mcp_servers", None)

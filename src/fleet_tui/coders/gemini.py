@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer
+from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, read_user_config
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
 __all__ = ["EXIT_CODES", "GeminiCoder", "GeminiNormalizer"]
@@ -314,6 +314,8 @@ class GeminiCoder(BaseCoder):
     name: ClassVar[str] = "gemini"
     program: ClassVar[str | None] = "gemini"
     install_hint: ClassVar[str] = "npm install -g @google/gemini-cli"
+    #: the user's Google login (symlinked into the run; a refreshed token is written back)
+    sandbox_state: ClassVar[tuple[str, ...]] = ("~/.gemini/",)
 
     @staticmethod
     def cli_home(ctx: AttemptContext) -> Path:
@@ -391,7 +393,7 @@ class GeminiCoder(BaseCoder):
     def prepare(self, ctx: AttemptContext) -> None:
         user_dir = self.user_gemini_dir()
         try:
-            user_settings = json.loads((user_dir / "settings.json").read_text())
+            user_settings = json.loads(read_user_config(user_dir / "settings.json"))
         except (OSError, ValueError):
             user_settings = {}
         path = self.settings_path(ctx)

@@ -285,6 +285,8 @@ class OpenCodeCoder(BaseCoder):
     name: ClassVar[str] = "opencode"
     program: ClassVar[str | None] = "opencode"
     install_hint: ClassVar[str] = "npm install -g opencode-ai"
+    #: where the user's login lives (symlinked into the run; a refreshed token is written back)
+    sandbox_state: ClassVar[tuple[str, ...]] = ("~/.local/share/opencode/",)
 
     @staticmethod
     def config_path(ctx: AttemptContext) -> Path:

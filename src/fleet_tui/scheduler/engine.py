@@ -42,6 +42,7 @@ from fleet_tui.scheduler.model import (
 )
 from fleet_tui.scheduler.outcome import Policy
 from fleet_tui.scheduler.runner import AttemptRunner, RunLimits, ShimPool, write_lease
+from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store import Store
 from fleet_tui.scheduler.verify import AgentReviewer
@@ -94,6 +95,7 @@ class Engine(Controller):
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
         self.bus = Bus()
+        self.series = SeriesCollector(self.host)
         self.runners: dict[str, Running] = {}
         self.mem = MemoryModel()
         self._read_headroom = headroom or (lambda: read_headroom(self.home))
@@ -598,8 +600,22 @@ class Engine(Controller):
             await anyio.to_thread.run_sync(self.store.maintenance)
 
     async def _refresh_snapshot(self) -> None:
+        # the pulse for sparklines (scheduler/series.py), taken on the loop where runners change
+        pulse = [
+            Counters(
+                (tid, r.runner.attempt),
+                getattr(r.runner.normalizer, "seq", r.runner.next_seq),
+                r.runner.tokens,
+                r.runner.cost_usd or 0.0,
+            )
+            for tid, r in self.runners.items()
+        ]
+        self.series.observe(self.clock(), len(pulse), pulse)
+        mem, source = self.mem.estimate_with_source(self.cfg.default_coder)
+
         def work() -> Snapshot:
             now = self.clock()
+            self.series.save(self.store, now)
             h = self._headroom
             self.store.upsert_host(
                 Host(
@@ -621,6 +637,8 @@ class Engine(Controller):
                 load=h.load_per_core if h else None,
                 mem=h.mem_available if h else None,
                 disk=h.disk_free if h else None,
+                own_series=self.series.series(now),
+                agent_mem=(mem, source == "measured"),
             )
 
         old = {t.id: t for t in self._snapshot.tasks}

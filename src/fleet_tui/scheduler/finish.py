@@ -21,6 +21,7 @@ from fleet_tui.scheduler.evidence import nothing_done
 from fleet_tui.scheduler.model import EngineEvent, Event, Task
 from fleet_tui.scheduler.outcome import after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult
+from fleet_tui.scheduler.sandbox_policy import verifier_wrap
 from fleet_tui.scheduler.states import PARKED, TaskStatus
 from fleet_tui.scheduler.verify import run_verifiers
 
@@ -117,8 +118,9 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             return nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
 
         did_nothing = await anyio.to_thread.run_sync(judge)
+        wrap = verifier_wrap(engine.home, engine.cfg.sandbox, task, workdir)
         vr = await anyio.to_thread.run_sync(
-            lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer)
+            lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer, wrap=wrap)
         )
         # a review is part of the task's cost (and of today's spend, through the attempt record)
         review_cost = float(getattr(reviewer, "cost_usd", 0.0) or 0.0)

@@ -150,35 +150,37 @@ def pending(store: Store) -> list[Question]:
 
 
 # -- display ------------------------------------------------------------------------------------
-# ESC-introduced strings that run to a terminator: OSC (ESC ]), DCS (ESC P), SOS (ESC X),
-# PM (ESC ^), APC (ESC _), and their 8-bit C1 forms; terminated by BEL, ST (ESC \ or 0x9c),
-# or - unterminated - the end of the text.
-_STRING_SEQ = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|(?=\x1b)|$)"
-# CSI (ESC [ or 0x9b): parameter bytes, intermediate bytes, one final byte.
-_CSI_SEQ = r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
-# Any other escape: ESC, optional intermediates, one final byte (ESC 7, ESC (B, ESC c, ...).
-_ESC_SEQ = r"\x1b[\x20-\x2f]*[\x30-\x7e]?"
-_ESCAPES = re.compile(f"{_STRING_SEQ}|{_CSI_SEQ}|{_ESC_SEQ}")
-# C0 controls except TAB and LF, DEL, C1 controls; bidi embeddings/overrides/isolates and the
-# line/paragraph separators (U+2028/9), which can make displayed text differ from its meaning.
+# C0 controls except TAB and LF, DEL, C1 controls; bidi embeddings/overrides/isolates, marks and
+# the line/paragraph separators (U+2028/9), which can make displayed text differ from its meaning.
 _CONTROLS = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\u200e\u200f\u061c\ufff9-\ufffb]"
 )
 
 
-def sanitize_for_display(text: str | None, *, one_line: bool = False, limit: int | None = None) -> str:
-    """Agent-provided ``text`` made safe to show in a terminal: data, never control.
+def _visible(m: re.Match[str]) -> str:
+    c = ord(m.group(0))
+    if c < 0x20:  # control pictures: ESC -> ␛, BEL -> ␇, NUL -> ␀ ...
+        return chr(0x2400 + c)
+    if c == 0x7F:
+        return "\u2421"  # ␡
+    if c <= 0x9F:  # an 8-bit C1 control is ESC + a character: CSI 0x9b -> ␛[
+        return "\u241b" + chr(c - 0x40)
+    return f"<U+{c:04X}>"
 
-    Removes terminal escape sequences (CSI, OSC, DCS, APC, PM, SOS, 7- and 8-bit forms), C0/C1
-    control characters (keeping newline and tab; CR LF becomes LF, a lone CR a newline) and
-    bidi override/isolate characters. The visible characters are kept as they are. With
+
+def sanitize_for_display(text: str | None, *, one_line: bool = False, limit: int | None = None) -> str:
+    """Agent-provided ``text`` made inert for a terminal: data, never control.
+
+    Every control character is shown instead of obeyed: ESC as ``␛`` (so an OSC 52 clipboard
+    write reads ``␛]52;c;…␇`` and does nothing), other C0 controls as their control pictures, C1
+    controls as ``␛`` plus their 7-bit letter, bidi overrides/isolates and invisible marks as
+    ``<U+202E>``. Newline and tab are kept (CR LF becomes LF, a lone CR a newline). With
     ``one_line`` newlines and tabs become spaces; with ``limit`` the result is cut to that many
     characters with an ellipsis."""
     if not text:
         return ""
     s = text.replace("\r\n", "\n").replace("\r", "\n")
-    s = _ESCAPES.sub("", s)
-    s = _CONTROLS.sub("", s)
+    s = _CONTROLS.sub(_visible, s)
     if one_line:
         s = " ".join(s.split())
     if limit is not None and len(s) > limit:

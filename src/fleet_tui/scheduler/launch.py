@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
+from fleet_tui.scheduler import sandbox
+from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
@@ -175,6 +177,11 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     ok, detail = coder.available()
     if not ok:
         raise LaunchError(detail)
+    sandbox_mode = sbp.mode_of(task.spec.sandbox, engine.cfg.sandbox)
+    try:  # a sandbox that cannot be had: never started, never run without it
+        sbp.ensure_available(sandbox_mode)
+    except sbp.SandboxUnavailable as e:
+        raise LaunchError(str(e)) from e
     workdir, branch = _workdir(engine, task)
     store = engine.store
     prev = store.get_attempt(task.id, task.attempt - 1) if task.attempt > 1 else None
@@ -214,6 +221,8 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         "FLEET_ATTEMPT": str(task.attempt),
         "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60),
     }
+    mcp_command: tuple[str, ...] = (sys.executable, "-m", "fleet_tui", "mcp-ask-human")
+    sandboxed = sandbox_mode != "none"
     ctx = AttemptContext(
         task=task,
         attempt=task.attempt,
@@ -222,8 +231,9 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         attempt_dir=adir,
         home=engine.home,
         model=task.model,
-        mcp_command=(sys.executable, "-m", "fleet_tui", "mcp-ask-human"),
-        mcp_env=mcp_env,
+        # sandboxed, the agent starts a relay to the sandbox's broker, which runs the real server
+        mcp_command=sandbox.mcp_relay_command() if sandboxed else mcp_command,
+        mcp_env={} if sandboxed else mcp_env,
     )
     try:
         coder.prepare(ctx)
@@ -246,6 +256,12 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     )
     env.update(dict(task.spec.env))
     env.update(extra)
+    if sandboxed:
+        policy = sbp.for_task(
+            task.spec, workdir=workdir, run_dir=adir, fleet_home=engine.home, env=env, coder=coder,
+            branch=branch, mcp_command=mcp_command, mcp_env=mcp_env,
+        )  # fmt: skip
+        argv = sbp.wrap(policy, adir, argv)
     now = engine.clock()
     store.put_attempt(
         Attempt(

@@ -85,6 +85,10 @@ class TaskSpec:
     merge: Literal["manual", "auto"] = "manual"
     env: tuple[tuple[str, str], ...] = ()
     source: str | None = None  # "file:line" the spec came from, for messages
+    sandbox: str | None = None  # "bwrap" | "none"; None: the config's default (see sandbox.py)
+    network: tuple[str, ...] | None = None  # sandboxed: None host network, () none, hosts allowlist
+    sandbox_rw: tuple[str, ...] = ()  # extra writable paths in the sandbox (absolute)
+    sandbox_ro: tuple[str, ...] = ()  # extra readable paths in the sandbox (absolute)
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,28 @@ class Gauges:
     hosts: int = 1
     budget_spent_usd: float = 0.0
     budget_usd: float | None = None
+    # the gates the readings are held against (for bars that show how near each one is)
+    max_load_per_core: float | None = None
+    disk_floor: int | None = None
+    agent_mem: int | None = None  # learned (or assumed) memory of one more agent, bytes
+    agent_mem_measured: bool = False
+    rate_limit_threshold: float = 0.9
+    rate_holds: tuple[tuple[str, float], ...] = ()  # (account, held until) while an account is held
+
+
+@dataclass(frozen=True)
+class HostSeries:
+    """One host's recent pulse in fixed buckets (``scheduler.series``): the peak of running agents,
+    and the events, tokens and dollars counted in each bucket. Bucket ``i`` covers
+    ``[start + i * bucket_s, start + (i + 1) * bucket_s)``; the last one is still filling."""
+
+    host: str
+    bucket_s: float
+    start: float
+    running: tuple[int, ...] = ()
+    events: tuple[int, ...] = ()
+    tokens: tuple[int, ...] = ()
+    cost: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -329,6 +355,7 @@ class Snapshot:
     questions: tuple[Question, ...] = ()
     hosts: tuple[Host, ...] = ()
     gauges: Gauges = field(default_factory=Gauges)
+    series: tuple[HostSeries, ...] = ()  # per host, for sparklines (the fleet's is their sum)
 
 
 @dataclass(frozen=True)

@@ -211,8 +211,28 @@ class PgBase:
             raise StoreError(f"the store {self.url} has an empty search_path: add ?schema=NAME to the URL")
         return ps.check_schema_name(items[0])
 
+    def _current_version(self, conn: Conn) -> int | None:
+        """The schema's version read without a lock or a write; None when there is none yet."""
+        try:
+            row = conn.execute(
+                sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema_version'").format(
+                    sql.Identifier(self.schema)
+                )
+            ).fetchone()
+        except psycopg.Error:  # no schema or no meta table yet (autocommit: nothing to roll back)
+            return None
+        return int(row["value"]) if row else None
+
     def _migrate(self, conn: Conn) -> None:
         ident = sql.Identifier(self.schema)
+        if self._current_version(conn) == ps.SCHEMA_VERSION:
+            # nothing to migrate: opening takes no lock and writes nothing (a read-only role, or
+            # `status` while another host migrates, still works)
+            try:
+                conn.execute(sql.SQL("SET search_path TO {}").format(ident))
+            except psycopg.Error as e:
+                raise ps.explain(e, self.url) from e
+            return
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (ps.lock_key(self.schema),))

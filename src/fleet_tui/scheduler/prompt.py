@@ -80,4 +80,6 @@ def build_prompt(ctx: PromptContext) -> str:
         if ctx.retry_output:
             body += "\n\nOutput:\n```\n" + trim(ctx.retry_output) + "\n```"
         parts.append("## Why this is attempt " + str(ctx.attempt) + "\n" + body)
-    return "\n\n".join(parts) + "\n"
+    # a NUL cannot travel in an argument or a variable: one from an agent's result, a verifier's
+    # output or a log is shown as the control picture instead
+    return ("\n\n".join(parts) + "\n").replace("\0", "\u2400")

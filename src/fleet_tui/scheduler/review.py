@@ -33,6 +33,7 @@ from pathlib import Path
 
 from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
 from fleet_tui.config import Config
+from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler.model import Task
 
 #: how long one review may run unless its verifier says otherwise (``timeout_min``)
@@ -130,6 +131,7 @@ class Reviewer:
         )
         env.update(dict(self.task.spec.env))
         env.update(extra)
+        argv = self._sandboxed(argv, impl, workdir, adir, env)
         before = _fingerprint(workdir)
         saved = _Snapshot.take(workdir) if before is not None else None
         out, err, code, timed_out, pid = _run(argv, workdir, env, stdin, timeout_s)
@@ -156,6 +158,23 @@ class Reviewer:
         if problem:
             raise ReviewerError(problem)
         return reply
+
+    def _sandboxed(
+        self, argv: list[str], impl: Coder, workdir: Path, adir: Path, env: dict[str, str]
+    ) -> list[str]:
+        """``argv`` in the task's sandbox, read-only everywhere but the review's own folders."""
+        mode = sbp.mode_of(self.task.spec.sandbox, self.cfg.sandbox)
+        if mode == "none":
+            return argv
+        try:
+            sbp.ensure_available(mode)
+        except sbp.SandboxUnavailable as e:
+            raise ReviewerError(f"reviewer not run: {e}") from e
+        policy = sbp.for_task(
+            self.task.spec, workdir=workdir, run_dir=adir, fleet_home=self.home, env=env, coder=impl,
+            readonly=True,
+        )  # fmt: skip
+        return sbp.wrap(policy, adir, argv)
 
 
 def make_reviewer(home: Path, task: Task, cfg: Config) -> Reviewer:

@@ -27,6 +27,7 @@ import anyio
 from fleet_tui.coders.base import Coder, Normalizer
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.model import Event, Outcome
+from fleet_tui.scheduler.private import user_umask
 
 SHIM_PATH = str(Path(shimmod.__file__).resolve())
 #: the shim runs as an imported module (its bytecode is cached; a script is compiled every time)
@@ -78,6 +79,7 @@ def shim_args(
         args += ["--stdin-file", str(stdin_file)]
     if nice > 0:
         args += ["--nice", str(nice)]
+    args += ["--umask", oct(user_umask())]  # fleet-tui's files are private; the agent's are the user's
     return [*args, "--", *argv]
 
 

@@ -163,6 +163,7 @@ class Shim:
         self.cwd: str = args.cwd
         self.stdin_file: str | None = args.stdin_file
         self.nice: int = args.nice
+        self.umask: int | None = args.umask
         self.stop_requested = False
         self.stop_reason = "exited"
         self.pid = os.getpid()
@@ -248,9 +249,9 @@ class Shim:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
         out_fd = os.open(
-            os.path.join(self.dir, "stdout.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+            os.path.join(self.dir, "stdout.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
-        err_fd = os.open(os.path.join(self.dir, "stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        err_fd = os.open(os.path.join(self.dir, "stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         in_fd = os.open(self.stdin_file or os.devnull, os.O_RDONLY)
         try:
             # posix_spawn (vfork+exec) is several times faster than fork+exec from Python; the
@@ -258,6 +259,8 @@ class Shim:
             os.chdir(self.cwd)
             if self.nice > 0:  # the agent inherits it; the shim only waits
                 os.nice(self.nice)
+            # fleet-tui's own files are private; the agent gets the user's umask for its work
+            own_umask = os.umask(self.umask) if self.umask is not None else None
             pid = os.posix_spawnp(
                 self.argv[0],
                 self.argv,
@@ -270,7 +273,9 @@ class Shim:
                 setsid=True,
                 setsigdef=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE),
             )
-        except OSError as e:
+            if own_umask is not None:
+                os.umask(own_umask)
+        except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument or variable
             os.write(err_fd, f"fleet-tui shim: cannot start {self.argv[0]!r}: {e}\n".encode())
             write_json(
                 os.path.join(self.dir, "exit.json"),
@@ -370,6 +375,7 @@ class Args:
         self.lease_file: str | None = None
         self.stdin_file: str | None = None
         self.nice = 0
+        self.umask: int | None = None
         self.argv: list[str] = []
         self.env: dict[str, str] | None = None
         i = 0
@@ -393,6 +399,8 @@ class Args:
                 self.stdin_file = v
             elif a == "--nice":
                 self.nice = int(v)
+            elif a == "--umask":
+                self.umask = int(v, 8)
             else:
                 raise SystemExit(f"fleet-tui shim: unknown option {a}")
             i += 2
@@ -411,21 +419,52 @@ def _read_exact(fd: int, n: int) -> bytes:
 
 
 def read_job(fd: int = 0) -> tuple[list[str], dict[str, str]]:
-    """A warm shim's job: ``<length>\\n`` then argv and env, NUL-separated, split by an empty field."""
+    """A warm shim's job as written by :func:`encode_job`."""
     header = bytearray()
     while not header.endswith(b"\n"):
         ch = os.read(fd, 1)
-        if not ch:
+        if not ch or len(header) > 20:
             raise EOFError
         header += ch
-    fields = _read_exact(fd, int(header)).decode("utf-8", "surrogateescape").split("\0")
-    cut = fields.index("")
-    env = dict(kv.split("=", 1) for kv in fields[cut + 1 :] if "=" in kv)
-    return fields[:cut], env
+    return decode_job(_read_exact(fd, int(header)))
+
+
+def _fields(body: bytes) -> list[str]:
+    """``<length>\n<bytes>`` fields, one after another: a value is its bytes, whatever they hold."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        nl = body.index(b"\n", i)
+        n = int(body[i:nl])
+        if n < 0 or nl + 1 + n > len(body):
+            raise ValueError("truncated job")
+        out.append(body[nl + 1 : nl + 1 + n].decode("utf-8", "surrogateescape"))
+        i = nl + 1 + n
+    return out
+
+
+def decode_job(body: bytes) -> tuple[list[str], dict[str, str]]:
+    """The body of a job: the argv count, the argv, then env keys and values, each a field."""
+    fields = _fields(body)
+    if not fields:
+        raise ValueError("empty job")
+    n_argv = int(fields[0])
+    argv = fields[1 : 1 + n_argv]
+    rest = fields[1 + n_argv :]
+    if len(argv) != n_argv or len(rest) % 2:
+        raise ValueError("malformed job")
+    return argv, dict(zip(rest[::2], rest[1::2], strict=True))
 
 
 def encode_job(argv: list[str], env: dict[str, str]) -> bytes:
-    body = "\0".join([*argv, "", *(f"{k}={v}" for k, v in env.items())]).encode("utf-8", "surrogateescape")
+    """A job for a warm shim: every string length-prefixed, so no value can run into another
+    (a NUL or a newline in a prompt stays inside its own argument)."""
+    items = [str(len(argv)), *argv]
+    for k, v in env.items():
+        items += [k, v]
+    body = b"".join(
+        str(len(b)).encode() + b"\n" + b for b in (x.encode("utf-8", "surrogateescape") for x in items)
+    )
     return str(len(body)).encode() + b"\n" + body
 
 
@@ -440,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         parsed = Args(job)
         parsed.env = env
-        log = os.open(os.path.join(parsed.dir, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(os.path.join(parsed.dir, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log, 1)

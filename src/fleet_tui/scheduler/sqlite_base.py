@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from fleet_tui.scheduler.model import Command, Host, Question, RateLimit, TaskSpec
 from fleet_tui.scheduler.store import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
@@ -107,11 +108,13 @@ def _explain(e: sqlite3.Error, path: str) -> StoreError:
 class SqliteBase:
     """Connection, schema and the side tables of the SQLite store."""
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000, readonly: bool = False) -> None:
         self.path = path
         self.url = f"sqlite:///{path}"
+        self.readonly = readonly
         folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
+        if not (readonly and os.path.isfile(path)):
+            os.makedirs(folder, exist_ok=True)
         if is_nfs(folder):
             raise StoreError(
                 f"{folder} is on a network filesystem (NFS/SMB): SQLite's locking is unsafe there. "
@@ -120,17 +123,56 @@ class SqliteBase:
         self._lock = threading.RLock()
         self._specs: dict[str, TaskSpec] = {}
         try:
-            self._db = sqlite3.connect(
-                path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
-            )
-            self._db.row_factory = sqlite3.Row
-            self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-            self._db.execute("PRAGMA journal_mode=WAL")
+            if readonly and os.path.isfile(path):
+                self._db = self._open_readonly(path, busy_timeout_ms)
+                if self._schema_version() == SCHEMA_VERSION:
+                    return
+                self._db.close()  # an older (or empty) file: open it for writing to migrate it
+            self._db = self._connect(path, busy_timeout_ms)
+            # journal mode is stored in the file: set it only when it is not WAL yet (a write)
+            if str(self._db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=OFF")
             self._migrate()
         except sqlite3.DatabaseError as e:
             raise _explain(e, path) from e
+
+    @staticmethod
+    def _connect(target: str, busy_timeout_ms: int, *, uri: bool = False) -> sqlite3.Connection:
+        db = sqlite3.connect(
+            target, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False, uri=uri
+        )
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        return db
+
+    def _open_readonly(self, path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+        """A read-only connection that takes no lock and writes nothing.
+
+        WAL readers need the ``-shm`` index: when it cannot be created (a read-only folder or a
+        full disk) and no ``-wal`` file holds unmerged changes (no writer has the file open),
+        the file is read as immutable, which needs neither."""
+        base = "file:" + quote(os.path.abspath(path)) + "?mode=ro"
+        db = self._connect(base, busy_timeout_ms, uri=True)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            db.close()
+            wal = path + "-wal"
+            if os.path.exists(wal) and os.path.getsize(wal) > 0:
+                raise
+        db = self._connect(base + "&immutable=1", busy_timeout_ms, uri=True)
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db
+
+    def _schema_version(self) -> int:
+        """The file's schema version, read without a write lock (0: a new or empty file)."""
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            return 0
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        return int(row[0]) if row else 0
 
     # -- plumbing ------------------------------------------------------------------------------
     @contextmanager
@@ -142,8 +184,13 @@ class SqliteBase:
                 raise _explain(e, self.path) from e
             try:
                 yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
+            except BaseException as e:
+                try:
+                    self._db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass  # a damaged file may refuse even that; the transaction is gone either way
+                if isinstance(e, sqlite3.Error):  # e.g. a file damaged after it was opened
+                    raise _explain(e, self.path) from e
                 raise
             try:
                 self._db.execute("COMMIT")
@@ -162,6 +209,14 @@ class SqliteBase:
                 raise _explain(e, self.path) from e
 
     def _migrate(self) -> None:
+        current = self._schema_version()
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {current}, newer than this fleet-tui knows "
+                f"({SCHEMA_VERSION}): upgrade fleet-tui"
+            )
+        if current == SCHEMA_VERSION:
+            return  # nothing to migrate: opening writes nothing and takes no write lock
         with self._tx() as db:
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()

@@ -85,8 +85,10 @@ def spec_from_json(text: str) -> TaskSpec:
     d["verify"] = tuple(
         VerifySpec(**{**v, "contains": tuple(v.get("contains") or ())}) for v in d.get("verify") or ()
     )
-    for k in ("depends_on", "requires"):
+    for k in ("depends_on", "requires", "sandbox_rw", "sandbox_ro"):
         d[k] = tuple(d.get(k) or ())
+    if isinstance(d.get("network"), list):
+        d["network"] = tuple(d["network"])
     d["env"] = tuple(tuple(p) for p in d.get("env") or ())
     known = {f.name for f in fields(TaskSpec)}
     return TaskSpec(**{k: v for k, v in d.items() if k in known})
@@ -351,13 +353,71 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-def open_store(url: str | None, home: str) -> Store:
-    """The store for a URL: postgresql://... -> PostgresStore, else SQLite under ``home``."""
+STORE_URL_FORMS = "postgresql://USER@HOST[:PORT]/DB or sqlite:///ABSOLUTE/PATH.db"
+
+
+def _shown(url: str) -> str:
+    """A URL for a message: a password in it is replaced by ***."""
+    import re
+
+    return re.sub(r"^([a-z]+://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url)
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:///ABSOLUTE/PATH`` URL; StoreError for any other form."""
+    rest = url[len("sqlite://") :]
+    if not rest.startswith("/") or rest.strip("/") == "" or "?" in rest or "#" in rest:
+        raise StoreError(
+            f"bad store URL {url!r}: a SQLite store is sqlite:///ABSOLUTE/PATH.db "
+            "(three slashes, then an absolute path)"
+        )
+    return "/" + rest.lstrip("/")
+
+
+def check_store_url(url: str) -> None:
+    """Refuse a store URL that names no store this fleet-tui can open (StoreError, one line)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0-65535
+        except ValueError as e:
+            raise StoreError(f"bad store URL {_shown(url)!r}: {e} (the form is {STORE_URL_FORMS})") from None
+        return
+    if url.startswith("sqlite:"):
+        sqlite_path(url)
+        return
+    raise StoreError(
+        f"unsupported store URL {_shown(url)!r}: use {STORE_URL_FORMS}, or leave it unset for fleet.db "
+        "in the home"
+    )
+
+
+def open_store(url: str | None, home: str, *, readonly: bool = False) -> Store:
+    """The store for a URL: postgresql://... -> PostgresStore, sqlite:///PATH or nothing (the
+    home's fleet.db) -> SqliteStore. Any other URL is refused (StoreError), never replaced by the
+    default: a typo must not queue work into another store.
+
+    ``readonly``: the caller only reads (status, logs, questions, plan, hosts); the store is
+    opened without taking a write lock, so it works while another process writes, on a read-only
+    home and on a full disk. An explicit SQLite file that does not exist is refused then, and its
+    folder must exist otherwise (a typo in the path must not create a new, empty store)."""
+    if url:
+        check_store_url(url)
     if url and url.startswith(("postgresql://", "postgres://")):
         from fleet_tui.scheduler.postgres_store import PostgresStore
 
         return PostgresStore(url)
     from fleet_tui.scheduler.sqlite_store import SqliteStore
 
-    path = url[len("sqlite:///") - 1 :] if url and url.startswith("sqlite:///") else None
-    return SqliteStore(path or os.path.join(home, "fleet.db"))
+    if url:
+        path = sqlite_path(url)
+        if readonly and not os.path.isfile(path):
+            raise StoreError(f"no store at {path} (from --store {url}): check the path")
+        if not os.path.isdir(os.path.dirname(path)):
+            raise StoreError(
+                f"no folder {os.path.dirname(path)} for the store {url}: create it first, or fix the path"
+            )
+        return SqliteStore(path, readonly=readonly)
+    return SqliteStore(os.path.join(home, "fleet.db"), readonly=readonly)

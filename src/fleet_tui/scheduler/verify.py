@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -41,12 +41,22 @@ def _cap(text: str) -> str:
 
 
 def run_verifier(
-    v: VerifySpec, workdir: Path, timeout_s: float, reviewer: AgentReviewer | None
+    v: VerifySpec,
+    workdir: Path,
+    timeout_s: float,
+    reviewer: AgentReviewer | None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> tuple[bool, str]:
     if v.kind == "run":
+        argv = ["/bin/sh", "-c", v.run or "false"]
+        if wrap is not None:  # the task's sandbox (sandbox_policy.verifier_wrap)
+            try:
+                argv = wrap(argv)
+            except Exception as e:
+                return False, f"not run: {e}"
         try:
             p = subprocess.run(
-                ["/bin/sh", "-c", v.run or "false"],
+                argv,
                 cwd=workdir,
                 capture_output=True,
                 timeout=timeout_s,
@@ -117,11 +127,12 @@ def run_verifiers(
     workdir: Path,
     timeout_s: float = 600.0,
     reviewer: AgentReviewer | None = None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> VerifyResult:
     outputs: list[str] = []
     for v in specs:
         t = v.timeout_min * 60 if v.timeout_min else timeout_s
-        ok, out = run_verifier(v, workdir, t, reviewer)
+        ok, out = run_verifier(v, workdir, t, reviewer, wrap)
         outputs.append(f"== {v.label}: {'PASS' if ok else 'FAIL'}\n{out.strip()}")
         if not ok:
             return VerifyResult(False, v.label, "\n".join(outputs), failure_reason(v, out))

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from fleet_tui.config import Config
+from fleet_tui.scheduler import series
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import Controller, hostname
-from fleet_tui.scheduler.headroom import GIB
-from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, Snapshot
+from fleet_tui.scheduler.gate import REJECTED_HOLD_S
+from fleet_tui.scheduler.headroom import GIB, MemoryModel
+from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, HostSeries, RateLimit, Snapshot
 from fleet_tui.scheduler.states import ACTIVE
 from fleet_tui.scheduler.store import Store
 
@@ -38,14 +41,19 @@ def build_snapshot(
     load: float | None = None,
     mem: int | None = None,
     disk: float | None = None,
+    own_series: HostSeries | None = None,
+    agent_mem: tuple[int, bool] | None = None,
 ) -> Snapshot:
     """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
-    reading of its own machine, else from the freshest host row."""
+    reading of its own machine, else from the freshest host row; the pulse of each host from the
+    store (``series``), the caller's own (fresher) one replacing its stored copy. ``agent_mem``
+    is the engine's learned (bytes, measured) figure for one more agent, else the assumed one."""
     from fleet_tui.scheduler.control import archived_ids
 
     hidden = archived_ids(store)
     tasks = tuple(t for t in store.list_tasks() if t.id not in hidden)
-    rls = tuple(rl for rl, _ in store.rate_limits())
+    readings = store.rate_limits()
+    rls = tuple(rl for rl, _ in readings)
     hosts = tuple(store.hosts())
     live = [h for h in hosts if now - h.heartbeat < 60]
     if load is None and mem is None and live:
@@ -63,10 +71,41 @@ def build_snapshot(
         hosts=len(live) or len(hosts),
         budget_usd=cfg.budget_usd_daily,
         budget_spent_usd=store.spent_since(midnight(now)),
+        max_load_per_core=cfg.max_load_per_core,
+        disk_floor=int(cfg.disk_floor_gib * GIB),
+        rate_limit_threshold=cfg.rate_limit_threshold,
+        rate_holds=tuple((rl.account, until) for rl, b in readings if (until := held_until(rl, b, now))),
     )
+    if agent_mem is None:
+        est, source = MemoryModel().estimate_with_source(cfg.default_coder)
+        agent_mem = (est, source == "measured")
+    g = replace(g, agent_mem=agent_mem[0], agent_mem_measured=agent_mem[1])
+    names = [
+        h.name
+        for h in hosts
+        if now - h.heartbeat < 3600 and (own_series is None or h.name != own_series.host)
+    ]
+    pulse = series.load(store, names, now) + ([series.window(own_series, now)] if own_series else [])
     return Snapshot(
-        taken_at=now, tasks=tasks, questions=tuple(store.pending_questions()), hosts=hosts, gauges=g
+        taken_at=now,
+        tasks=tasks,
+        questions=tuple(store.pending_questions()),
+        hosts=hosts,
+        gauges=g,
+        series=tuple(sorted(pulse, key=lambda s: s.host)),
     )
+
+
+def held_until(rl: RateLimit, blocked_until: float | None, now: float) -> float | None:
+    """Until when the gate holds an account back (``gate._rate_limit_gate``'s rule), else None."""
+    until = blocked_until if blocked_until is not None and blocked_until > now else None
+    if rl.status == "rejected":
+        if rl.resets_at is not None:
+            if rl.resets_at > now:
+                until = max(until or 0.0, rl.resets_at)
+        elif until is None and now < rl.observed_at + REJECTED_HOLD_S:
+            until = rl.observed_at + REJECTED_HOLD_S
+    return until
 
 
 class AttachedView(Controller):

@@ -14,6 +14,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from fleet_tui.app.format import inert
+
 
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [
@@ -29,10 +31,10 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(Text(self.title_text), id="dialog-title")
+            yield Static(Text(inert(self.title_text)), id="dialog-title")
             if self.body:
                 with VerticalScroll(id="dialog-body"):
-                    yield Static(Text(self.body))
+                    yield Static(Text(inert(self.body)))
             with Horizontal(id="dialog-buttons"):
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button("Cancel (esc)", id="no")

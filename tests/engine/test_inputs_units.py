@@ -1,0 +1,135 @@
+"""Issue 12, points 16 and 21 at the unit level: a shim job keeps every value in its place, and a
+huge tool input is capped in its event (the whole line stays in stdout.jsonl)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fleet_tui.coders.claude import ClaudeNormalizer
+from fleet_tui.scheduler import shim
+from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
+from fleet_tui.scheduler.states import TaskStatus
+
+EVENT_FIELD_CAP = 256 * 1024  # coders.base.EVENT_FIELD_CAP
+
+
+def test_a_nul_in_a_value_cannot_inject_a_variable() -> None:
+    argv = ["agent", "-p", "hi\0EVIL=1", "", "x\ny"]
+    env = {"FLEET_PROMPT": "x\0LD_PRELOAD=/tmp/evil.so", "A": "1", "EMPTY": "", "NL": "a\nb"}
+    r, w = os.pipe()
+    os.write(w, shim.encode_job(argv, env))
+    os.close(w)
+    got_argv, got_env = shim.read_job(r)
+    os.close(r)
+    assert got_argv == argv
+    assert got_env == env and "LD_PRELOAD" not in got_env
+
+
+def test_a_warm_shim_runs_exactly_the_job(tmp_path: Path) -> None:
+    """Through a real warm shim: a NUL inside a variable's value cannot become a variable of its
+    own; the shim refuses to start the agent (it could only be cut) and says why."""
+    out = tmp_path / "env.json"
+    argv = [sys.executable, "-c", f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"]
+    args = ["--dir", str(tmp_path), "--cwd", str(tmp_path), "--", *argv]
+    env = {"PATH": os.environ["PATH"], "FLEET_PROMPT": "p\0INJECTED=1", "B": "2"}
+    p = subprocess.Popen([sys.executable, shim.__file__, "--warm"], stdin=subprocess.PIPE)
+    assert p.stdin is not None
+    p.stdin.write(shim.encode_job(args, env))
+    p.stdin.close()
+    p.wait(timeout=30)  # a warm shim runs the agent itself: exit.json is written before it ends
+    assert not out.exists()  # the agent never ran with INJECTED=1
+    assert json.loads((tmp_path / "exit.json").read_text())["reason"] == "spawn_failed"
+    assert "null byte" in (tmp_path / "stderr.log").read_text()
+
+
+def test_a_nul_from_a_dependency_never_reaches_the_agent() -> None:
+    spec = TaskSpec(name="n", prompt="do it")
+    task = Task(id="t-1", spec=spec, status=TaskStatus.RUNNING)
+    prompt = build_prompt(
+        PromptContext(
+            task=task, attempt=1, workdir="/w", dependencies=[DependencyResult("dep", "ok\0EVIL=1", None)]
+        )
+    )
+    assert "\0" not in prompt and "ok\u2400EVIL=1" in prompt
+
+
+def test_a_huge_tool_input_is_capped_in_its_event() -> None:
+    big = "x" * (30 * 1024 * 1024)
+    line = json.dumps(
+        {
+            "type": "assistant",
+            "message": {
+                "id": "m1",
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "tu1", "name": "Write", "input": {"path": "a", "content": big}}
+                ],
+            },
+        }
+    )
+    evs = ClaudeNormalizer("t", 1).feed(line, 1.0)
+    calls = [e for e in evs if e.kind == "tool_call"]
+    assert calls and calls[0].tool == "Write"
+    size = len(json.dumps(calls[0].tool_input)) + len(json.dumps(calls[0].raw, default=str))
+    assert size < EVENT_FIELD_CAP + 1024
+    assert "more characters in stdout.jsonl" in str(calls[0].tool_input)
+    result = json.dumps(
+        {
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "tu1", "content": big}],
+            },
+        }
+    )
+    for e in ClaudeNormalizer("t", 1).feed(result, 2.0):
+        assert len(e.text or "") < EVENT_FIELD_CAP + 100
+        assert len(json.dumps(e.raw, default=str)) < EVENT_FIELD_CAP + 1024
+
+
+PREPARE = """
+import sys
+from pathlib import Path
+from fleet_tui.coders.base import AttemptContext, get_coder
+from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.states import TaskStatus
+
+tmp = Path(sys.argv[2])
+task = Task(id="t1", spec=TaskSpec(name="t", prompt="p"), status=TaskStatus.RUNNING)
+ctx = AttemptContext(task=task, attempt=1, prompt="p", workdir=tmp, attempt_dir=tmp / "a", home=tmp / "h")
+get_coder(sys.argv[1]).prepare(ctx)
+print("prepared")
+"""
+
+
+def test_a_user_config_at_dev_zero_is_not_read(tmp_path: Path) -> None:
+    """~/.gemini/settings.json or $CODEX_HOME/config.toml pointing at /dev/zero (or a huge file):
+    the coder prepares its run without the user's layer, in bounded memory."""
+    import resource
+
+    gem = tmp_path / "g" / ".gemini"
+    gem.mkdir(parents=True)
+    (gem / "settings.json").symlink_to("/dev/zero")
+    codex = tmp_path / "codex"
+    codex.mkdir()
+    (codex / "config.toml").write_bytes(b"# " + b"x" * (64 << 20) + b"\n")  # 64 MB of comment
+    env = {**os.environ, "GEMINI_CLI_HOME": str(tmp_path / "g"), "CODEX_HOME": str(codex)}
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    for coder in ("gemini", "codex"):
+        p = subprocess.run(
+            [sys.executable, "-c", PREPARE, coder, str(tmp_path / coder)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            preexec_fn=limit,
+        )
+        assert p.returncode == 0 and "prepared" in p.stdout, (coder, p.stderr[-500:])
