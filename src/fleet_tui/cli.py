@@ -100,7 +100,10 @@ class Ctx:
                         f"{e}\nfix the config first (`fleet-tui config set KEY VALUE` or an editor)"
                     ) from e
                 # looking must keep working while the file is broken: say so, use what is valid
-                self._cfg, _ = load_config_lenient(self.config_path)
+                try:
+                    self._cfg, _ = load_config_lenient(self.config_path)
+                except ConfigError as refused:  # untrusted or unreadable: never used
+                    raise UserError(str(refused)) from refused
                 print(
                     f"fleet-tui: warning: the config is broken; its valid keys are used, defaults "
                     f"for the rest:\n{e}\nfix: `fleet-tui config set KEY VALUE` or edit {self.config_path}",

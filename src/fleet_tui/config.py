@@ -385,17 +385,22 @@ def load_config(path: Path) -> Config:
 
 
 def load_config_lenient(path: Path) -> tuple[Config, str | None]:
-    """The config for read-only commands: a broken file gives its valid keys (the rest at their
-    defaults) and the problem, so ``status`` or ``config get`` still work while it is broken."""
+    """The config for read-only commands: a file whose content is broken gives its valid keys (the
+    rest at their defaults) and the problem, so ``status`` or ``config get`` still work while it
+    is broken. A file that cannot be trusted or read still raises ConfigError."""
     try:
         return load_config(path), None
     except ConfigError as exc:
         problem = str(exc)
-    try:  # a file we must not trust (another owner, writable by others) gives no values at all
+    # only the content may be broken: a file we must not trust (another owner, writable by
+    # others), cannot read, or that is far too big is refused as before
+    try:
         check_trusted(Path(path), "the config")
         text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
-    except (OSError, UnicodeDecodeError, TrustError):
-        return Config(), problem
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}") from None
     values: dict[str, Any] = {}
     try:
         docs = [tomllib.loads(text)]
