@@ -189,7 +189,9 @@ def cmd_add(ctx: Ctx) -> int:
         verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
         timeout_min=a.timeout_min,
         budget_usd=a.budget_usd,
+        merge=a.merge,
         source="fleet-tui add",
+        notify_done=a.notify_done,
     )
     names, available = _coder_tools()
     problems = validate_spec(
@@ -212,6 +214,66 @@ def _name_statuses(ctx: Ctx) -> dict[str, str]:
     """Each task name in the store and the status of its newest task (a finished one's name may be
     taken again)."""
     return {t.name: t.status.value for t in ctx.store.list_tasks()}
+
+
+def cmd_import(ctx: Ctx) -> int:
+    """``import github OWNER/REPO``: one task per matching open issue not imported yet."""
+    from fleet_tui.scheduler import ghimport
+    from fleet_tui.scheduler.github import GitHub, GitHubError
+    from fleet_tui.scheduler.model import TaskSpec, VerifySpec
+    from fleet_tui.scheduler.pullrequest import put_link
+    from fleet_tui.taskfile import validate_spec
+
+    a = ctx.args
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", a.repo):
+        raise UserError(f"import github: {a.repo!r} is not OWNER/REPO (like octo/widgets)")
+    cwd = Path(a.cwd).resolve()
+    git_ref = a.git_ref
+    if git_ref is None and a.merge == "pr":  # a pull request needs a branch: the checkout's branch
+        from fleet_tui.scheduler.worktree import _git
+
+        status, out, _ = _git(cwd, "symbolic-ref", "--short", "-q", "HEAD", check=False)
+        if status != 0 or not out.strip():
+            raise UserError(
+                f"import github: {cwd} is not on a git branch: give --cwd a checkout of {a.repo} or --git-ref"
+            )
+        git_ref = out.strip()
+    template = TaskSpec(
+        name="-",
+        prompt="-",
+        cwd=str(cwd),
+        coder=a.coder,
+        model=a.model,
+        git_ref=git_ref,
+        priority=a.priority,
+        verify=tuple(VerifySpec(kind="run", run=v) for v in a.verify),
+        merge=a.merge,
+    )
+    try:
+        issues = GitHub().issues(a.repo, label=a.label, assignee=a.assignee, milestone=a.milestone)
+    except GitHubError as e:
+        raise UserError(f"import github {a.repo}: {e}") from None
+    store = ctx.store
+    planned = ghimport.plan(a.repo, issues, template, [t.spec for t in store.list_tasks()])
+    specs = [p.spec for p in planned if p.spec is not None]
+    names, available = _coder_tools()
+    taken = _name_statuses(ctx)
+    for spec in specs:
+        if problems := validate_spec(
+            spec, known_coders=names, existing_names=taken, coder_available=available
+        ):
+            raise UserError(f"cannot import issue {spec.source}:\n" + "\n".join(f"  {p}" for p in problems))
+    tasks = store.add_tasks(specs, time.time()) if specs else []
+    for t, p in zip(tasks, [p for p in planned if p.spec is not None], strict=True):
+        put_link(
+            store,
+            t.id,
+            {"repo": a.repo, "issue": p.issue.number, "issue_url": p.issue.url, "comment": a.comment},
+        )
+        print(f"{t.id}  {t.name}  <- {p.issue.url}")
+    skipped = len(planned) - len(specs)
+    print(f"queued {len(tasks)} task(s) from {len(issues)} matching issue(s); {skipped} already imported")
+    return 0
 
 
 def _load(ctx: Ctx, path: str) -> Any:
@@ -284,7 +346,17 @@ def cmd_run(ctx: Ctx) -> int:
     printer = RunPrinter(as_json=a.json) if not a.quiet else None
     if printer is not None:
         printer.prime(ctx.store.list_tasks())
-    return run_headless(engine, ctx.store, until_idle=a.until_idle, on_quit=ctx.cfg.on_quit, printer=printer)
+    try:
+        return run_headless(
+            engine, ctx.store, until_idle=a.until_idle, on_quit=ctx.cfg.on_quit, printer=printer
+        )
+    except BaseException as e:  # a store that failed for good: one clear line, no traceback
+        from fleet_tui.scheduler.outage import store_error_of
+
+        err = store_error_of(e)
+        if err is None:
+            raise
+        raise UserError(str(err)) from None
 
 
 def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
@@ -309,6 +381,10 @@ def cmd_status(ctx: Ctx) -> int:
         hidden = archived_ids(store)
         tasks = [t for t in tasks if t.id not in hidden]
     tasks = _fresh_waiting(ctx, tasks, now)
+    from fleet_tui.scheduler.pullrequest import link_json, link_line
+    from fleet_tui.scheduler.pullrequest import links as pr_links
+
+    links = pr_links(store, tasks)
     if ctx.args.json:
         from fleet_tui.scheduler.timing import work_s
 
@@ -319,6 +395,8 @@ def cmd_status(ctx: Ctx) -> int:
             d["verify_output"] = atts[-1].verify_output if atts else None
             d["last_outcome"] = atts[-1].outcome if atts else None
             d["work_s"] = work_s(atts, now) if atts else None
+            d["pull_request"] = link_json(links.get(t.id))
+            d["issue_url"] = links.get(t.id, {}).get("issue_url")
             out.append(d)
         print(json.dumps(out, indent=1))
         return 0
@@ -333,7 +411,8 @@ def cmd_status(ctx: Ctx) -> int:
         coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
         print(
             f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}".rstrip()
+            f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}"
+            f"{'  · ' + clean(pr, one_line=True) if (pr := link_line(links.get(t.id))) else ''}".rstrip()
         )
     return 0
 
@@ -482,6 +561,14 @@ def cmd_questions(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.attempt_guard import inside_attempt
+
+    why_inside = inside_attempt()
+    if why_inside is not None:  # an agent must not answer its own or another agent's question
+        raise UserError(
+            f"answer refused: {why_inside}; only a person answers questions "
+            "(from a shell of their own or the cockpit's inbox)"
+        )
     res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
     if not res.ok:
         raise UserError(res.message)
@@ -491,16 +578,17 @@ def cmd_answer(ctx: Ctx) -> int:
 
 def cmd_config(ctx: Ctx) -> int:
     from fleet_tui.config import KEYS, ConfigError, format_value, get_value, set_value
+    from fleet_tui.redact import redact_config_value as _redact
 
     key = ctx.args.key
     try:
         if ctx.args.action == "get":
             try:
-                print(get_value(ctx.config_path, key))
+                print(_redact(key, get_value(ctx.config_path, key)))
             except ConfigError:
                 if key not in KEYS:
                     raise
-                print(format_value(getattr(ctx.cfg, key)))  # lenient, with a warning on stderr
+                print(_redact(key, format_value(getattr(ctx.cfg, key))))  # lenient, warned on stderr
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
@@ -510,10 +598,11 @@ def cmd_config(ctx: Ctx) -> int:
 
             if left:
                 shown = format_value(parse_value(key, ctx.args.value))
-                print(f"{key} = {shown}")
+                print(f"{key} = {_redact(key, shown)}")
                 print("the config still has problems:\n" + "\n".join(left), file=sys.stderr)
             else:
-                print(f"{key} = {format_value(getattr(load_config_lenient(ctx.config_path)[0], key))}")
+                value = format_value(getattr(load_config_lenient(ctx.config_path)[0], key))
+                print(f"{key} = {_redact(key, value)}")
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0
@@ -567,9 +656,10 @@ def cmd_hosts(ctx: Ctx) -> int:
 
 
 def cmd_doctor(ctx: Ctx) -> int:
-    from fleet_tui.coders.base import coder_names, get_coder
+    from fleet_tui.coders.base import coder_names, get_coder, setup_lines
 
     bad = 0
+    user_mcp = ctx.cfg.mcp == "inherit"
     for name in coder_names():
         try:
             c = get_coder(name)
@@ -580,6 +670,9 @@ def cmd_doctor(ctx: Ctx) -> int:
         mark = "ok " if ok else "-- "
         line = f"{mark} coder {name:<9} {'usable' if ok else 'not usable'}  {ver or ''}  {detail}"
         print(clean(line, one_line=True))
+        if ok and getattr(c, "program", None):  # what the agent will run with: the user's setup
+            for line in setup_lines(c, user_mcp, ctx.cfg.default_model):
+                print("      " + clean(line, one_line=True))
     try:
         st = ctx.store
         print(clean(f"ok  store {st.url}  ({len(st.list_tasks())} tasks)", one_line=True))
@@ -588,6 +681,7 @@ def cmd_doctor(ctx: Ctx) -> int:
         bad += 1
     print(f"ok  home {ctx.home}")
     bad += _doctor_sandbox(ctx)
+    bad += _doctor_notify(ctx)
     return 1 if bad else 0
 
 
@@ -610,8 +704,44 @@ def _doctor_sandbox(ctx: Ctx) -> int:
     return 1 if mode == "bwrap" else 0
 
 
+def _doctor_notify(ctx: Ctx) -> int:
+    """Notification targets and how sending went (the store's notifications table)."""
+    try:
+        stats = ctx.store.notification_stats()
+    except Exception as e:  # a store problem is reported above already
+        print(f"--  notifications: {e}")
+        return 0
+    cfg = ctx.cfg
+    where = [*(u.rpartition(" ")[2].split("://")[0] + "://" for u in cfg.notify)]
+    if cfg.telegram_token:
+        where.append("telegram")
+    where += [f"desktop={cfg.notify_desktop}", f"terminal={cfg.notify_terminal}"]
+    mark = "-- " if stats.failed else "ok "
+    line = f"{mark} notifications: {stats.sent} sent, {stats.failed} failed  ({', '.join(where)})"
+    if stats.last_failure:
+        line += f"; last failure: {stats.last_failure}"
+    print(line)
+    return 0
+
+
+def cmd_notify(ctx: Ctx) -> int:
+    from fleet_tui.notify import send_test
+
+    results = send_test(ctx.cfg)
+    if not results:
+        raise UserError(
+            "no notification targets: add one with `fleet-tui config set notify ntfys://YOUR-TOPIC` "
+            "(any apprise URL), or set telegram_token and telegram_chat"
+        )
+    for r in results:
+        said = r.target if r.ok else r.detail if r.detail.startswith(r.target) else f"{r.target}: {r.detail}"
+        print(f"{'ok ' if r.ok else '-- '} {said}")
+    return 0 if all(r.ok for r in results) else 1
+
+
 def cmd_mcp(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.mcp_ask_human import main as mcp_main
+    # the lean entry point: answers the handshake itself, runs the SDK server behind it
+    from fleet_tui.scheduler.mcp_stdio import main as mcp_main
 
     return mcp_main()
 
@@ -698,6 +828,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-retries", type=int)
     a.add_argument("--timeout-min", type=float)
     a.add_argument("--budget-usd", type=float)
+    a.add_argument(
+        "--merge", choices=["manual", "auto", "pr"], default="manual", help="pr: push + pull request"
+    )
+    a.add_argument("--notify-done", action="store_true", help="notify when this task is done")
 
     for name in ("load", "validate"):
         s = sub.add_parser(name, help=f"{name} a tasks.toml")
@@ -717,6 +851,24 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--follow", "-f", action="store_true")
     lg.add_argument("--raw", action="store_true")
     lg.add_argument("--json", action="store_true")
+    im = sub.add_parser("import", help="queue one task per matching GitHub issue (not imported yet)")
+    im.add_argument("source", choices=["github"])
+    im.add_argument("repo", metavar="OWNER/REPO")
+    im.add_argument("--label")
+    im.add_argument("--assignee")
+    im.add_argument("--milestone", help="a milestone number or title")
+    im.add_argument("--cwd", default=".", help="a checkout of the repository")
+    im.add_argument("--coder")
+    im.add_argument("--model")
+    im.add_argument("--git-ref", help="base branch (default with --merge pr: the checkout's branch)")
+    im.add_argument("--merge", choices=["pr", "manual", "auto"], default="pr")
+    im.add_argument("--verify", action="append", default=[], metavar="CMD")
+    im.add_argument("--priority", type=int, default=0)
+    im.add_argument(
+        "--comment",
+        action="store_true",
+        help="comment on the issue when its task starts, parks, opens its PR",
+    )
     for verb in ("kill", "pause", "resume", "retry", "cancel", "merge"):
         s = sub.add_parser(verb, help=f"{verb} a task")
         s.add_argument("task", nargs="?")
@@ -734,6 +886,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("hosts", help="machines sharing the store")
     sub.add_parser("doctor", help="check coders, the store and the home")
     sub.add_parser("mcp-ask-human", help="the stdio MCP server agents call (started by coders)")
+    nt = sub.add_parser("notify", help="notifications: `notify test` sends one to every target")
+    nt.add_argument("action", choices=["test"])
     return p
 
 
@@ -750,6 +904,7 @@ COMMANDS = {
     "retry": cmd_simple,
     "cancel": cmd_simple,
     "merge": cmd_simple,
+    "import": cmd_import,
     "questions": cmd_questions,
     "archive": cmd_archive,
     "answer": cmd_answer,
@@ -758,6 +913,7 @@ COMMANDS = {
     "hosts": cmd_hosts,
     "doctor": cmd_doctor,
     "mcp-ask-human": cmd_mcp,
+    "notify": cmd_notify,
     "demo": cmd_demo,
     "example": cmd_example,
 }

@@ -48,6 +48,9 @@ MIB = 1024 * 1024
 #: the largest config file read (a real one is a few KiB; a path to /dev/zero must not eat memory)
 MAX_CONFIG_BYTES = 1 * MIB
 
+#: kinds of notification (notify_events, and the per-URL prefix of notify entries)
+NOTIFY_KINDS = ("question", "needs_human", "done", "drained", "rate_limit", "error")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -74,12 +77,25 @@ class Config:
     budget_usd_daily: float | None = None
     retry_backoff_s: tuple[float, ...] = (30.0, 120.0, 480.0)
     question_timeout_min: float = 60.0
+    mcp: Literal["inherit", "fleet-only"] = "inherit"
     on_quit: Literal["ask", "leave", "stop"] = "ask"
     store: str | None = None
     host_tags: tuple[str, ...] = ()
     worktree_setup: str | None = None
     keep_worktrees: bool = False
     sandbox: Literal["none", "bwrap"] = "none"
+    github_poll_s: float = 60.0
+    notify: tuple[str, ...] = ()
+    notify_events: tuple[str, ...] = ("question", "needs_human", "drained", "rate_limit", "error")
+    notify_desktop: Literal["auto", "on", "off"] = "auto"
+    notify_terminal: Literal["osc9", "osc777", "bell", "off"] = "osc9"
+    notify_timeout_s: float = 10.0
+    telegram_token: str | None = None
+    telegram_chat: str | None = None
+    telegram_api: str = "https://api.telegram.org"
+    loop_same_call: int = 6
+    loop_output_tokens: int = 100_000
+    loop_same_question: bool = True
 
 
 class ConfigError(ValueError):
@@ -96,6 +112,7 @@ class _Key:
     above: float | None = None  # exclusive lower bound
     choices: tuple[str, ...] = ()
     example: str | None = None  # shown in the default file for keys that are unset by default
+    split: bool = True  # strs: ``config set`` splits a plain value on commas (URLs may hold commas)
 
 
 #: Every key, in the order and groups of the default file. Group headings start with "##".
@@ -164,6 +181,12 @@ KEYS: dict[str, _Key] = {
         "an unanswered question is answered 'no answer; proceed or stop' after this many minutes",
         above=0,
     ),
+    "mcp": _Key(
+        "str",
+        "MCP servers agents see: inherit (the user's own, from each CLI's config, plus ask_human) "
+        "or fleet-only (ask_human only)",
+        choices=("inherit", "fleet-only"),
+    ),
     "host_tags": _Key("strs", "tags of this machine, matched against a task's requires"),
     "worktree_setup": _Key(
         "str", "command run in each new worktree before its agent starts", True, example='"uv sync"'
@@ -175,13 +198,63 @@ KEYS: dict[str, _Key] = {
         "own sandbox key wins (see README, Sandbox)",
         choices=("none", "bwrap"),
     ),
+    "github_poll_s": _Key(
+        "float", 'seconds between looks at the GitHub state of open pull requests (merge = "pr")', low=1
+    ),
+    "notify": _Key(
+        "strs",
+        "where notifications go: apprise URLs (ntfys://topic, tgram://bot/chat, json://host/path...);"
+        ' a leading "question,needs_human " limits one URL to those kinds',
+        split=False,
+    ),
+    "notify_events": _Key(
+        "strs",
+        "kinds of notification sent: question, needs_human, done, drained, rate_limit, error"
+        " (done: every task; a task's own notify_done = true adds just that one)",
+        choices=NOTIFY_KINDS,
+    ),
+    "notify_desktop": _Key(
+        "str",
+        "desktop notifications (D-Bus, macOS): auto = when a desktop session exists",
+        choices=("auto", "on", "off"),
+    ),
+    "notify_terminal": _Key(
+        "str",
+        "notifications in the engine's terminal (the cockpit's, or run's): a bell plus an OSC 9"
+        " (iTerm2, WezTerm, Ghostty, Windows Terminal) or OSC 777 (VTE, foot) pop-up, a bell only, or off",
+        choices=("osc9", "osc777", "bell", "off"),
+    ),
+    "notify_timeout_s": _Key("float", "give up sending one notification to one target after this", above=0),
+    "telegram_token": _Key(
+        "str",
+        "a Telegram bot's token (from @BotFather): notifications go to telegram_chat, questions are"
+        " answered from there",
+        True,
+        example='"123456789:AA..."',
+    ),
+    "telegram_chat": _Key(
+        "str",
+        "the Telegram chat id the bot writes to; only this chat may answer",
+        True,
+        example='"123456789"',
+    ),
+    "telegram_api": _Key("str", "the Telegram Bot API base URL (a self-hosted Bot API server)"),
+    "loop_same_call": _Key(
+        "int", "park a task whose agent makes the same tool call this many times in a row (0: off)", low=0
+    ),
+    "loop_output_tokens": _Key(
+        "int", "park a task whose agent spends this many output tokens without new output (0: off)", low=0
+    ),
+    "loop_same_question": _Key("bool", "park a task whose agent asks again a question already answered"),
 }
+
 
 _GROUPS: dict[str, str] = {
     "max_concurrent": "Admission: what may start, and when",
     "max_retries": "Attempts: limits, retries and context handoffs",
     "lease_s": "Processes, leases and the store",
     "question_timeout_min": "Questions, placement and worktrees",
+    "notify": "Notifications, and agents stuck in a loop",
 }
 
 assert set(KEYS) == {f.name for f in fields(Config)}, "KEYS and Config must list the same keys"
@@ -251,6 +324,13 @@ def _check(key: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(x, str) for x in value):
             raise ConfigError(f'{key} must be an array of strings like ["gpu", "docker"], got {value!r}')
         value = tuple(value)
+        if spec.choices and (unknown := [x for x in value if x not in spec.choices]):
+            raise ConfigError(
+                f"{key}: unknown {unknown[0]!r}{did_you_mean(unknown[0], spec.choices)}"
+                f" (one of {', '.join(spec.choices)})"
+            )
+        if key == "notify":
+            _check_targets(value)
     for x in value if isinstance(value, tuple) else (value,):
         if isinstance(x, int | float) and not isinstance(x, bool):
             if not math.isfinite(x):
@@ -262,6 +342,23 @@ def _check(key: str, value: Any) -> Any:
             if spec.high is not None and x > spec.high:
                 raise ConfigError(f"{key} must be at most {spec.high:g}, got {x:g}")
     return value
+
+
+def _check_targets(urls: tuple[str, ...]) -> None:
+    """``notify`` entries: ``URL`` or ``KIND,KIND URL`` (the URL needs a scheme)."""
+    for entry in urls:
+        kinds, _, url = entry.strip().rpartition(" ")
+        if "://" not in url:
+            raise ConfigError(
+                f"notify: {entry!r} is not a notification URL: write scheme://..., e.g. ntfys://my-topic"
+                " (apprise URLs: https://github.com/caronc/apprise/wiki)"
+            )
+        for k in (x.strip() for x in kinds.split(",") if x.strip()):
+            if k not in NOTIFY_KINDS:
+                raise ConfigError(
+                    f"notify: unknown kind {k!r} in {entry!r}{did_you_mean(k, NOTIFY_KINDS)}"
+                    f" (one of {', '.join(NOTIFY_KINDS)})"
+                )
 
 
 def _check_whole(cfg: Config) -> None:
@@ -303,6 +400,8 @@ def parse_value(key: str, text: str) -> Any:
             value = tomllib.loads(f"v = {raw}")["v"] if "\n" not in raw else None
         except (tomllib.TOMLDecodeError, RecursionError):
             value = None
+    elif spec.kind == "strs" and not spec.split:
+        value = [raw] if raw else []
     elif spec.kind in ("floats", "strs"):
         items = [p.strip() for p in raw.split(",") if p.strip()]
         value = items if spec.kind == "strs" else [_number(key, float, p) for p in items]
@@ -455,7 +554,10 @@ def get_value(path: Path, key: str) -> str:
     """The value of one key as ``config get`` prints it (``none`` when an optional key is unset)."""
     if key not in KEYS:
         raise _unknown(key)
-    return format_value(getattr(load_config(path), key))
+    value = getattr(load_config(path), key)
+    if KEYS[key].kind == "strs" and not KEYS[key].split:
+        return _toml_text(value)  # URLs may hold commas: a TOML array reads back unambiguously
+    return format_value(value)
 
 
 # --------------------------------------------------------------------------------------------

@@ -151,8 +151,23 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
 
         engine = Engine(store, ctx.home, cfg, config_path=ctx.config_path)
         app = _app(engine, title=title, on_quit=cfg.on_quit, run_engine=engine.run, base_dir=os.getcwd())
+        _terminal_notifications(engine, app)
     app.run()
     return 0
+
+
+def _terminal_notifications(engine: Any, app: Any) -> None:
+    """Terminal notifications (bell, OSC 9/777) go out through the cockpit's own writer thread, so
+    they never land in the middle of a screen update."""
+    from fleet_tui import notify
+
+    def write(data: str) -> None:
+        driver = app._driver
+        if driver is None:
+            raise RuntimeError("the cockpit has no terminal right now")
+        driver.write(data)
+
+    notify.use_terminal(engine, write)
 
 
 def run_demo(ctx: Any) -> int:

@@ -49,7 +49,7 @@ MAX_INT = 2**31 - 1
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
     "timeout_min", "stall_min", "max_retries", "requires", "budget_usd", "setup", "merge", "env",
-    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro",
+    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro", "notify_done",
 )  # fmt: skip
 VERIFY_KEYS: tuple[str, ...] = ("run", "agent", "model", "coder", "timeout_min")
 ARTIFACT_KEYS: tuple[str, ...] = ("path", "min_chars", "contains")
@@ -275,8 +275,10 @@ def _check_value(key: str, v: Any) -> str | None:
         not isinstance(v, list) or not all(isinstance(x, str) and x.strip() and "\0" not in x for x in v)
     ):
         return f'{key} must be an array of paths like ["~/.cache/pip"], {got}'
-    elif key == "merge" and v not in ("manual", "auto"):
-        return f'merge must be "manual" or "auto", got {v!r}'
+    elif key == "notify_done" and not isinstance(v, bool):
+        return f"notify_done must be true or false, {got}"
+    elif key == "merge" and v not in ("manual", "auto", "pr"):
+        return f'merge must be "manual", "auto" or "pr", got {v!r}'
     elif key == "env":
         if not isinstance(v, dict):
             return f'env must be a table of strings like {{ FOO = "bar" }}, {got}'
@@ -578,6 +580,10 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
                 f"cwd {cwd_raw!r} {what} ({cwd}; a relative cwd starts at {base})")  # fmt: skip
     elif "git_ref" in v and (msg := checks.git_ref(cwd, v["git_ref"])):
         rep.err(where["git_ref"], msg)
+    if v.get("merge") == "pr" and not v.get("git_ref"):
+        rep.err(
+            where.get("merge", raw.header), 'merge = "pr" needs git_ref (the branch a pull request targets)'
+        )
 
 
 def _entries(value: Any) -> list[dict[str, Any]]:
@@ -676,6 +682,7 @@ def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
         env=tuple(sorted(v.get("env", {}).items())), source=source, sandbox=v.get("sandbox"),
         network=_network(v.get("network")), sandbox_rw=tuple(v.get("sandbox_rw", ())),
         sandbox_ro=tuple(v.get("sandbox_ro", ())),
+        notify_done=bool(v.get("notify_done", False)),
     )  # fmt: skip
 
 
@@ -738,6 +745,8 @@ def validate_spec(
     for key in ("sandbox_rw", "sandbox_ro"):
         if getattr(spec, key):
             table[key] = list(getattr(spec, key))
+    if spec.notify_done:
+        table["notify_done"] = True
     fields_of = {"run": ("run", "timeout_min"), "agent": ("agent", "coder", "model", "timeout_min"),
                  "artifact": ("path", "min_chars", "contains")}  # fmt: skip
     for ver in spec.verify:

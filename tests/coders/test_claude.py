@@ -75,6 +75,15 @@ def test_every_fixture_normalizes(name: str) -> None:
 
 
 EXPECTED_KINDS = {
+    # a recorded bash run edited to repeat one tool call six times (loop detection's input)
+    "claude-real-local-2.1.332-bash-loop.jsonl": [
+        "session_started",
+        *["tool_call", "usage", "tool_result"] * 6,
+        "text",
+        "usage",
+        "usage",
+        "result",
+    ],
     "claude-success-tool.jsonl": [
         "session_started",
         "text",
@@ -438,7 +447,7 @@ def test_argv_with_mcp_and_model(tmp_path: Path) -> None:
     assert argv[:5] == ["claude", "-p", "--output-format", "stream-json", "--verbose"]
     assert argv[argv.index("--model") + 1] == "claude-sonnet-4-6"
     assert argv[argv.index("--mcp-config") + 1] == str(ctx.attempt_dir / "mcp.json")
-    assert "--strict-mcp-config" in argv
+    assert "--strict-mcp-config" not in argv  # the user's own MCP servers stay (issue 13)
     assert argv[argv.index("--allowedTools") + 1] == "mcp__ask_human__ask_human"
     assert ctx.prompt not in argv  # the prompt goes on stdin
 
@@ -473,6 +482,42 @@ def test_stdin_env_and_prepare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     ctx2 = make_ctx(tmp_path, env=(("ANTHROPIC_AUTH_TOKEN", "tok"),))
     assert "CLAUDE_CONFIG_DIR" in coder.env(ctx2)
+
+
+def test_fleet_only_is_strict(tmp_path: Path) -> None:
+    ctx = make_ctx(tmp_path)
+    ctx = AttemptContext(**{**ctx.__dict__, "user_mcp": False})
+    argv = ClaudeCoder().argv(ctx)
+    assert "--strict-mcp-config" in argv and "--mcp-config" in argv
+
+
+def test_isolated_run_gets_private_copies_of_the_users_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "userhome"
+    (home / ".claude" / "agents").mkdir(parents=True)
+    state = {"mcpServers": {"facts": {"type": "stdio", "command": "facts"}}}
+    (home / ".claude.json").write_text(json.dumps(state))
+    (home / ".claude.json").chmod(0o644)
+    (home / ".claude" / "settings.json").write_text(json.dumps({"model": "opus"}))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("ANTHROPIC_MODEL", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    coder = ClaudeCoder()
+    ctx = make_ctx(tmp_path)
+    coder.prepare(ctx)
+    d = ctx.attempt_dir / "claude_config"
+    assert json.loads((d / ".claude.json").read_text()) == state
+    assert json.loads((d / "settings.json").read_text()) == {"model": "opus"}
+    for name in (".claude.json", "settings.json"):
+        assert (d / name).stat().st_mode & 0o777 == 0o600
+    assert (ctx.attempt_dir / "mcp.json").stat().st_mode & 0o777 == 0o600
+    assert (d / "agents").is_symlink()
+    assert json.loads((home / ".claude.json").read_text()) == state  # untouched
+    s = coder.setup()
+    assert s.mcp_servers == ("facts", "ask_human") and s.model == "opus"
+    assert s.config_files == (str(home / ".claude.json"), str(home / ".claude" / "settings.json"))
 
 
 def test_prepare_without_mcp_writes_no_mcp_config(tmp_path: Path) -> None:

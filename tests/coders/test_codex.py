@@ -424,8 +424,6 @@ def user_codex_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "user_codex"
     home.mkdir()
     monkeypatch.setenv("CODEX_HOME", str(home))
-    for var in ("FLEET_CODEX_BASE_URL", "FLEET_CODEX_API_KEY", "FLEET_CODEX_MAX_RETRIES"):
-        monkeypatch.delenv(var, raising=False)
     return home
 
 
@@ -443,18 +441,38 @@ def test_argv_env_stdin(tmp_path: Path) -> None:
     assert coder.env(ctx) == {"CODEX_HOME": str(ctx.attempt_dir / "codex_home")}
 
 
-def test_prepare_writes_config_with_mcp(tmp_path: Path, user_codex_home: Path) -> None:
-    (user_codex_home / "config.toml").write_text(
-        'model = "gpt-5.5"\n[mcp_servers.other]\ncommand = "x"\n[profiles.fast]\nmodel = "m"\n'
-    )
+USER_CONFIG = """model = "gpt-5.5"
+model_provider = "proxy"
+
+[model_providers.proxy]
+name = "My proxy"
+base_url = "http://127.0.0.1:9/v1"
+wire_api = "responses"
+env_key = "PROXY_API_KEY"
+
+[mcp_servers.other]
+command = "x"
+
+[profiles.fast]
+model = "m"
+"""
+
+
+def test_prepare_keeps_the_users_config_and_adds_ask_human(tmp_path: Path, user_codex_home: Path) -> None:
+    (user_codex_home / "config.toml").write_text(USER_CONFIG)
+    (user_codex_home / "config.toml").chmod(0o644)
     (user_codex_home / "auth.json").write_text('{"OPENAI_API_KEY": "sk-user"}')
+    (user_codex_home / "AGENTS.md").write_text("be brief")
     coder = CodexCoder()
     ctx = make_ctx(tmp_path)
     coder.prepare(ctx)
     home = ctx.attempt_dir / "codex_home"
     cfg = tomllib.loads((home / "config.toml").read_text())
     assert cfg["model"] == "gpt-5.5" and cfg["profiles"]["fast"]["model"] == "m"  # the user's settings
-    assert list(cfg["mcp_servers"]) == ["ask_human"]  # but only our MCP server
+    assert cfg["model_provider"] == "proxy"
+    assert cfg["model_providers"]["proxy"]["base_url"] == "http://127.0.0.1:9/v1"
+    assert sorted(cfg["mcp_servers"]) == ["ask_human", "other"]  # the user's server stays
+    assert cfg["mcp_servers"]["other"] == {"command": "x"}
     server = cfg["mcp_servers"]["ask_human"]
     assert server["command"] == "python3"
     assert server["args"] == ["-m", "fleet_tui.scheduler.mcp_ask_human"]
@@ -462,42 +480,52 @@ def test_prepare_writes_config_with_mcp(tmp_path: Path, user_codex_home: Path) -
     assert server["tool_timeout_sec"] >= 3600
     assert server["default_tools_approval_mode"] == "approve"
     assert server["tools"]["ask_human"]["approval_mode"] == "approve"
-    assert "model_provider" not in cfg
     assert json.loads((home / "auth.json").read_text()) == {"OPENAI_API_KEY": "sk-user"}  # login copied
-    assert (user_codex_home / "auth.json").read_text() == '{"OPENAI_API_KEY": "sk-user"}'  # untouched
+    for name in ("config.toml", "auth.json"):  # private copies, even of a 0644 original
+        assert (home / name).stat().st_mode & 0o777 == 0o600
+    assert (home / "AGENTS.md").is_symlink()
+    assert (user_codex_home / "config.toml").read_text() == USER_CONFIG  # untouched
+    assert (user_codex_home / "auth.json").read_text() == '{"OPENAI_API_KEY": "sk-user"}'
 
 
-def test_prepare_with_fake_provider(
-    tmp_path: Path, user_codex_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (user_codex_home / "config.toml").write_text('model = "gpt-5.5"\n')
-    (user_codex_home / "auth.json").write_text("{}")
-    monkeypatch.setenv("FLEET_CODEX_BASE_URL", "http://127.0.0.1:9/v1")
-    monkeypatch.setenv("FLEET_CODEX_API_KEY", "sk-fake")
-    monkeypatch.setenv("FLEET_CODEX_MAX_RETRIES", "1")
+def test_fleet_only_leaves_the_users_servers_out(tmp_path: Path, user_codex_home: Path) -> None:
+    (user_codex_home / "config.toml").write_text(USER_CONFIG)
+    ctx = make_ctx(tmp_path)
+    ctx = AttemptContext(**{**ctx.__dict__, "user_mcp": False})
+    CodexCoder().prepare(ctx)
+    cfg = tomllib.loads((ctx.attempt_dir / "codex_home" / "config.toml").read_text())
+    assert list(cfg["mcp_servers"]) == ["ask_human"] and cfg["model_provider"] == "proxy"
+
+
+def test_setup_names_config_servers_and_model(user_codex_home: Path) -> None:
+    (user_codex_home / "config.toml").write_text(USER_CONFIG)
+    s = CodexCoder().setup()
+    assert s.config_files == (str(user_codex_home / "config.toml"),)
+    assert s.mcp_servers == ("other", "ask_human")
+    assert s.model == "gpt-5.5 (provider proxy)"
+    assert CodexCoder().setup(user_mcp=False).mcp_servers == ("ask_human",)
+
+
+def test_prepare_without_a_user_config(tmp_path: Path, user_codex_home: Path) -> None:
     ctx = make_ctx(tmp_path, mcp=False)
     CodexCoder().prepare(ctx)
     home = ctx.attempt_dir / "codex_home"
-    cfg = tomllib.loads((home / "config.toml").read_text())
-    assert cfg["model_provider"] == "fleet"
-    assert cfg["model_providers"]["fleet"] == {
-        "name": "fleet",
-        "base_url": "http://127.0.0.1:9/v1",
-        "wire_api": "responses",
-        "env_key": "FLEET_CODEX_API_KEY",
-        "request_max_retries": 1,
-        "stream_max_retries": 1,
-    }
-    assert "model" not in cfg and "mcp_servers" not in cfg  # a test provider ignores the user's setup
+    assert "mcp_servers" not in tomllib.loads((home / "config.toml").read_text())
     assert not (home / "auth.json").exists()
 
 
-def test_task_env_selects_the_provider(tmp_path: Path, user_codex_home: Path) -> None:
-    ctx = make_ctx(tmp_path, env=(("FLEET_CODEX_BASE_URL", "http://127.0.0.1:8/v1"),))
-    CodexCoder().prepare(ctx)
-    cfg = tomllib.loads((ctx.attempt_dir / "codex_home" / "config.toml").read_text())
-    assert cfg["model_providers"]["fleet"]["base_url"] == "http://127.0.0.1:8/v1"
-    assert "env_key" not in cfg["model_providers"]["fleet"]
+def test_a_prompt_over_codexs_input_limit_goes_into_a_file(tmp_path: Path, user_codex_home: Path) -> None:
+    from fleet_tui.coders.codex import MAX_INPUT_CHARS
+
+    coder = CodexCoder()
+    big = "x" * (MAX_INPUT_CHARS + 10)
+    ctx = AttemptContext(**{**make_ctx(tmp_path).__dict__, "prompt": big})
+    coder.prepare(ctx)
+    note = (coder.stdin(ctx) or b"").decode()
+    assert len(note) < 1000 and str(coder.prompt_file(ctx)) in note
+    assert coder.prompt_file(ctx).read_text() == big
+    assert coder.prompt_file(ctx).stat().st_mode & 0o777 == 0o600
+    assert big not in coder.argv(ctx)
 
 
 def test_registered_and_named() -> None:

@@ -361,9 +361,9 @@ def test_argv(tmp_path: Path) -> None:
     c = GeminiCoder()
     ctx = make_ctx(tmp_path)
     assert c.argv(ctx) == [
-        "gemini", "--prompt=-fix it", "--output-format", "stream-json",
-        "--approval-mode", "yolo", "--skip-trust",
+        "gemini", "--output-format", "stream-json", "--approval-mode", "yolo", "--skip-trust",
     ]  # fmt: skip
+    assert c.stdin(ctx) == b"-fix it"  # the prompt goes on stdin: no ARG_MAX, never in ps
     argv = c.argv(make_ctx(tmp_path, model="gemini-2.5-pro"))
     assert argv[argv.index("--model") + 1] == "gemini-2.5-pro"
     assert (c.name, c.program, c.install_hint) == ("gemini", "gemini", "npm install -g @google/gemini-cli")
@@ -394,6 +394,41 @@ def test_prepare_registers_ask_human(
     assert server["trust"] is True and server["timeout"] >= 3600_000
     assert s["security"]["auth"]["selectedType"] == "gemini-api-key"
     assert list((user_home / ".gemini").iterdir()) == []  # the user's home is untouched
+
+
+def test_prepare_keeps_the_users_settings_and_servers(
+    tmp_path: Path, user_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "k")
+    user = {
+        "model": {"name": "gemini-2.5-flash"},
+        "mcpServers": {"facts": {"command": "facts"}},
+        "general": {"vimMode": True},
+        "mcp": {"allowed": ["facts"]},
+    }
+    path = user_home / ".gemini" / "settings.json"
+    path.write_text(json.dumps(user))
+    path.chmod(0o644)
+    (user_home / ".gemini" / "GEMINI.md").write_text("context")
+    c = GeminiCoder()
+    ctx = make_ctx(tmp_path, mcp_command=("ask",))
+    c.prepare(ctx)
+    s = json.loads(c.settings_path(ctx).read_text())
+    assert s["model"] == {"name": "gemini-2.5-flash"}
+    assert s["general"]["vimMode"] is True and s["general"]["enableAutoUpdate"] is False
+    assert sorted(s["mcpServers"]) == ["ask_human", "facts"]
+    assert s["mcp"]["allowed"] == ["facts", "ask_human"]  # an allow-list must not hide ask_human
+    assert c.settings_path(ctx).stat().st_mode & 0o777 == 0o600
+    assert (c.settings_path(ctx).parent / "GEMINI.md").is_symlink()
+    assert json.loads(path.read_text()) == user  # untouched
+    setup = c.setup()
+    assert setup.mcp_servers == ("facts", "ask_human") and setup.model == "gemini-2.5-flash"
+    # fleet-only: the user's servers are left out, and extensions' servers are not allowed
+    ctx = make_ctx(tmp_path / "b", mcp_command=("ask",), user_mcp=False)
+    c.prepare(ctx)
+    assert list(json.loads(c.settings_path(ctx).read_text())["mcpServers"]) == ["ask_human"]
+    argv = c.argv(ctx)
+    assert argv[argv.index("--allowed-mcp-server-names") + 1] == "ask_human"
 
 
 def test_prepare_without_mcp_or_auth(tmp_path: Path, user_home: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fleet_tui.coders.base import AttemptContext
-from fleet_tui.coders.opencode import BASE_URL_ENV, OpenCodeCoder, OpenCodeNormalizer
+from fleet_tui.coders.opencode import OpenCodeCoder, OpenCodeNormalizer
 from fleet_tui.scheduler.model import Event, Task, TaskSpec, Usage
 from fleet_tui.scheduler.states import TaskStatus
 
@@ -280,55 +280,87 @@ def make_ctx(tmp_path: Path, **kw: object) -> AttemptContext:
     return AttemptContext(**args)
 
 
-def test_argv(tmp_path: Path) -> None:
+def test_argv_has_no_prompt_and_stdin_has_it(tmp_path: Path) -> None:
     c = OpenCodeCoder()
     ctx = make_ctx(tmp_path)
-    assert c.argv(ctx) == [
-        "opencode",
-        "run",
-        "--format",
-        "json",
-        "--dir",
-        str(ctx.workdir),
-        "--",
-        "-do the thing",
-    ]
+    assert c.argv(ctx) == ["opencode", "run", "--format", "json", "--dir", str(ctx.workdir)]
+    assert c.stdin(ctx) == b"-do the thing"  # never argv: no ARG_MAX, never in ps
     ctx = make_ctx(tmp_path, model="anthropic/claude-sonnet-4-5")
     argv = c.argv(ctx)
     assert argv[argv.index("--model") + 1] == "anthropic/claude-sonnet-4-5"
     assert (c.name, c.program, c.install_hint) == ("opencode", "opencode", "npm install -g opencode-ai")
 
 
-def test_env_is_per_run(tmp_path: Path) -> None:
+def test_env_keeps_the_users_config_dir(tmp_path: Path) -> None:
+    """OPENCODE_CONFIG layers on the user's config; XDG_CONFIG_HOME would hide it (issue 13)."""
     c = OpenCodeCoder()
     ctx = make_ctx(tmp_path)
     env = c.env(ctx)
     assert env["PWD"] == str(ctx.workdir)
     assert env["OPENCODE_CONFIG"] == str(c.config_path(ctx))
-    for key in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+    assert "XDG_CONFIG_HOME" not in env
+    for key in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
         assert Path(env[key]).is_relative_to(ctx.attempt_dir)
 
 
-def test_prepare_writes_config_with_mcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(BASE_URL_ENV, raising=False)
+def user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cfg: dict) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "userconfig"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "userdata"))
+    monkeypatch.delenv("OPENCODE_CONFIG", raising=False)
+    path = tmp_path / "userconfig" / "opencode" / "opencode.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(cfg))
+    path.chmod(0o644)
+    return path
+
+
+USER_CFG = {
+    "model": "anthropic/claude-sonnet-4-5",
+    "mcp": {"facts": {"type": "local", "command": ["facts-server"]}},
+}
+
+
+def test_prepare_layers_only_fleets_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = user_config(tmp_path, monkeypatch, USER_CFG)
+    before = path.read_bytes()
     c = OpenCodeCoder()
     ctx = make_ctx(tmp_path, mcp_command=("python", "-m", "fleet_tui.scheduler.mcp_ask_human"),
                    mcp_env={"FLEET_TASK_ID": "t1"})  # fmt: skip
     c.prepare(ctx)
     cfg = json.loads(c.config_path(ctx).read_text())
     assert cfg["permission"]["edit"] == "allow" and cfg["permission"]["bash"] == "allow"
-    mcp = cfg["mcp"]["ask_human"]
-    assert mcp["type"] == "local"
-    assert mcp["command"] == ["python", "-m", "fleet_tui.scheduler.mcp_ask_human"]
-    assert mcp["environment"] == {"FLEET_TASK_ID": "t1"}
-    assert "provider" not in cfg
+    mcp = cfg["mcp"]
+    assert set(mcp) == {"ask_human"}  # the user's servers come from their own file, untouched
+    assert mcp["ask_human"]["type"] == "local"
+    assert mcp["ask_human"]["command"] == ["python", "-m", "fleet_tui.scheduler.mcp_ask_human"]
+    assert mcp["ask_human"]["environment"] == {"FLEET_TASK_ID": "t1"}
+    assert "provider" not in cfg and "model" not in cfg
+    assert c.config_path(ctx).stat().st_mode & 0o777 == 0o600
+    assert path.read_bytes() == before
     for d in c.xdg_dirs(ctx).values():
         assert d.is_dir()
 
 
-def test_prepare_without_mcp_with_base_url_and_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(BASE_URL_ENV, "http://127.0.0.1:9/v1")
+def test_fleet_only_disables_the_users_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    user_config(tmp_path, monkeypatch, USER_CFG)
+    c = OpenCodeCoder()
+    ctx = make_ctx(tmp_path, mcp_command=("ask",), user_mcp=False)
+    c.prepare(ctx)
+    mcp = json.loads(c.config_path(ctx).read_text())["mcp"]
+    assert mcp["facts"] == {"enabled": False} and mcp["ask_human"]["enabled"] is True
+    assert c.setup(user_mcp=False).mcp_servers == ("ask_human",)
+
+
+def test_setup_names_files_servers_and_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = user_config(tmp_path, monkeypatch, USER_CFG)
+    monkeypatch.chdir(tmp_path)
+    s = OpenCodeCoder().setup()
+    assert s.config_files == (str(path),)
+    assert s.mcp_servers == ("facts", "ask_human")
+    assert s.model == "anthropic/claude-sonnet-4-5"
+
+
+def test_prepare_without_mcp_links_the_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     auth = tmp_path / "userdata" / "opencode" / "auth.json"
     auth.parent.mkdir(parents=True)
     auth.write_text("{}")
@@ -339,7 +371,6 @@ def test_prepare_without_mcp_with_base_url_and_login(tmp_path: Path, monkeypatch
     c.prepare(ctx)  # idempotent
     cfg = json.loads(c.config_path(ctx).read_text())
     assert "mcp" not in cfg
-    assert cfg["provider"]["anthropic"]["options"]["baseURL"] == "http://127.0.0.1:9/v1"
     linked = c.xdg_dirs(ctx)["XDG_DATA_HOME"] / "opencode" / "auth.json"
     assert linked.is_symlink() and linked.resolve() == auth.resolve()
 

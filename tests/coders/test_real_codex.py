@@ -1,7 +1,8 @@
 """The real Codex CLI, run with CodexCoder's argv/env/stdin/prepare, against a fake Responses API.
 
 Why: fixtures show what one version printed once; these runs prove that the flags, the per-run
-CODEX_HOME (config.toml with a ``fleet`` model provider from FLEET_CODEX_BASE_URL) and the
+CODEX_HOME (a private copy of the user's config.toml, here a scratch HOME's ``~/.codex/config.toml``
+with a custom model provider, as a Codex user configures one, plus ask_human) and the
 normalizer — including the rollout poll — work with the program installed here. The model is
 tests/fakeapi/openai_responses.py on loopback. When ``codex`` is missing the tests skip, saying
 how to install it, except under CI (``CI=true``) where a missing program is a failure.
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from tests.fakeapi import HttpError, Request, Text, ToolCall, require_program, run_attempt
 from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
+from tests.fakeapi.user_setups import SCRUB, codex_user
 
 from fleet_tui.coders.base import AttemptContext
 from fleet_tui.coders.codex import CodexCoder
@@ -32,13 +34,23 @@ def codex_program() -> str:
     return require_program("codex")
 
 
+@pytest.fixture(autouse=True)
+def user_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A scratch HOME: the coder (prepare, in this process) and the CLI read the user's config there."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for var in SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
 def make_ctx(tmp_path: Path, base_url: str, retries: int | None = None) -> AttemptContext:
+    """The attempt; the user's ~/.codex/config.toml names a provider at ``base_url`` and the model."""
+    codex_user(tmp_path / "home", base_url, retries=retries)
     (tmp_path / "work").mkdir(exist_ok=True)
     (tmp_path / "work" / "README").write_text("a scratch repo\n")
-    env = [("FLEET_CODEX_BASE_URL", base_url), ("FLEET_CODEX_API_KEY", "sk-fake")]
-    if retries is not None:
-        env.append(("FLEET_CODEX_MAX_RETRIES", str(retries)))
-    spec = TaskSpec(name="real-codex", prompt="Write marker.txt", env=tuple(env))
+    spec = TaskSpec(name="real-codex", prompt="Write marker.txt")
     task = Task(id="t-real", spec=spec, status=TaskStatus.RUNNING, attempt=1)
     return AttemptContext(
         task=task,
@@ -52,10 +64,8 @@ def make_ctx(tmp_path: Path, base_url: str, retries: int | None = None) -> Attem
 
 
 def home_env(tmp_path: Path) -> dict[str, str]:
-    """Keep the CLI away from the user's ~/.codex and any real OpenAI credentials."""
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {"HOME": str(home), "OPENAI_API_KEY": "", "CODEX_API_KEY": "", "OPENAI_BASE_URL": ""}
+    """The agent's environment: the scratch HOME and the provider's key variable."""
+    return {"HOME": str(tmp_path / "home"), "PROXY_API_KEY": "sk-fake"}
 
 
 def shell_call(req: Request) -> ToolCall:
@@ -92,7 +102,7 @@ def test_shell_call_then_finish(codex_program: str, tmp_path: Path) -> None:
     assert len(calls) == 2 and function_outputs(calls[1])
     # everything Codex wrote stayed in the attempt's CODEX_HOME
     assert list((ctx.attempt_dir / "codex_home" / "sessions").glob("**/rollout-*.jsonl"))
-    assert not (tmp_path / "home" / ".codex").exists()
+    assert sorted(p.name for p in (tmp_path / "home" / ".codex").iterdir()) == ["config.toml"]
 
 
 def test_429_then_success(codex_program: str, tmp_path: Path) -> None:

@@ -1,16 +1,18 @@
 """The real ``opencode`` program, run with OpenCodeCoder's argv/env/prepare, against a fake API.
 
 Why: fixtures show what one version printed once; these runs prove that the flags, the per-run
-config (``OPENCODE_CONFIG``, per-run ``XDG_*`` dirs, permissions, the ``ask_human`` MCP server,
-the anthropic provider's ``baseURL``) and the normalizer work with the program installed here.
-The model is tests/fakeapi/anthropic.py on loopback (OpenCode's bundled ``anthropic`` provider
-pointed at it through ``FLEET_OPENCODE_ANTHROPIC_BASE_URL``), so no network and no account are
-needed. When ``opencode`` is missing the tests skip, saying how to install it, except under CI
-(``CI=true``) where a missing program is a failure.
+config (``OPENCODE_CONFIG`` layered on the user's own config, per-run data/state/cache dirs,
+permissions, the ``ask_human`` MCP server) and the normalizer work with the program installed
+here. The model is tests/fakeapi/anthropic.py on loopback: OpenCode's bundled ``anthropic``
+provider pointed at it by the ``baseURL`` in a scratch HOME's ``~/.config/opencode/opencode.json``,
+as an OpenCode user configures it, so no network and no account are needed. When ``opencode`` is
+missing the tests skip, saying how to install it, except under CI (``CI=true``) where a missing
+program is a failure.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -26,9 +28,10 @@ from tests.fakeapi import (
     run_attempt,
 )
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
+from tests.fakeapi.user_setups import SCRUB, opencode_user
 
 from fleet_tui.coders.base import AttemptContext
-from fleet_tui.coders.opencode import BASE_URL_ENV, OpenCodeCoder
+from fleet_tui.coders.opencode import OpenCodeCoder
 from fleet_tui.scheduler.model import Task, TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 
@@ -61,7 +64,9 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Environment for the agent: a fake key and a scratch HOME (nothing of the user's is read)."""
     home = tmp_path / "home"
     home.mkdir()
-    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))  # what prepare links from
+    for var in SCRUB:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))  # prepare (in this process) reads the user's config there
     # models.dev metadata: use the snapshot bundled in the binary, never the network
     return {"ANTHROPIC_API_KEY": "sk-ant-fake", "HOME": str(home), "OPENCODE_DISABLE_MODELS_FETCH": "1"}
 
@@ -69,9 +74,9 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def run_against_fake(
     script: list, ctx: AttemptContext, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[AttemptRun, list[Request]]:
-    """Run the coder's program against the fake API (its base-URL hook is read by prepare)."""
+    """Run the coder's program against the fake API, named in the user's opencode.json."""
     with serve_anthropic(script) as (url, rec):
-        monkeypatch.setenv(BASE_URL_ENV, url + "/v1")
+        opencode_user(Path(env["HOME"]), url + "/v1")
         run = run_attempt(OpenCodeCoder(), ctx, env, timeout=120)
         return run, rec.model_requests()
 
@@ -104,11 +109,12 @@ def test_write_tool_then_finish(
     assert "Create hello.txt, then stop." in str(calls[0].body["messages"])
     (sent,) = tool_results(calls[1])
     assert sent["tool_use_id"] == call.tool_id
-    # OpenCode's state went to the attempt's own XDG dirs, never to $HOME
+    # OpenCode's sessions went to the attempt's own data dir, never to $HOME; the user's config
+    # file is as they wrote it
     assert any((ctx.attempt_dir / "opencode" / "xdg" / "data").iterdir())
     home = Path(fake_env["HOME"])
-    assert not (home / ".config" / "opencode").exists()
     assert not (home / ".local" / "share" / "opencode").exists()
+    assert json.loads((home / ".config" / "opencode" / "opencode.json").read_text())["model"] == MODEL
 
 
 def test_shell_tool_runs_in_the_workdir(

@@ -14,6 +14,7 @@ is a failure.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,8 +24,26 @@ from typing import Any
 import pytest
 from tests.fakeapi import HttpError, Request, Text, ToolCall, Turn, require_program
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
-from tests.fakeapi.gemini import function_responses, serve_gemini
-from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
+from tests.fakeapi.gemini import function_responses, gemini_tool_names, serve_gemini
+from tests.fakeapi.openai_responses import (
+    function_outputs,
+    offers_tool_search,
+    serve_openai_responses,
+    tool_search_outputs,
+)
+from tests.fakeapi.user_mcp import FACT
+from tests.fakeapi.user_setups import (
+    CLAUDE_MODEL,
+    CODEX_MODEL,
+    GEMINI_MODEL,
+    OPENCODE_MODEL,
+    SCRUB,
+    claude_user,
+    codex_user,
+    gemini_user,
+    opencode_user,
+    tree,
+)
 
 from fleet_tui.scheduler.store import open_store
 from helpers import by_name, fleet, fleet_bg, fleet_env, wait_for
@@ -263,34 +282,6 @@ def test_claude_429_forever_requeues_without_a_retry(claude_limited: LimitedRun)
     assert_rate_limited_requeued(claude_limited)
 
 
-def test_claude_asks_a_human_through_fleet(claude_program: str, fl: Fleet) -> None:
-    """Issue 6: the model calls mcp__ask_human__ask_human (directly: in 2.1.332 it is deferred
-    behind ToolSearch, but a direct call by name works); the person answers with `fleet-tui
-    answer`; the answer reaches the model as the tool's result."""
-    script: Steps = [
-        ToolCall("mcp__ask_human__ask_human", {"question": "Which database?"}),
-        Text("Asked; the answer was PostgreSQL 16."),
-    ]
-    with serve_anthropic(script) as (url, rec):
-        claude_env(fl, url)
-        fl.add("claude", "asker", "Pick a database")
-        run = fl.run_bg()
-        try:
-            answer_the_question(fl, "asker", "Which database?", run)
-            assert run.wait(timeout=RUN_TIMEOUT_S) == 0, fl.run_log()
-        finally:
-            stop(run)
-        calls = rec.model_requests()
-    t = assert_done(fl, "asker")
-    assert not t["asking"]
-    assert fl.questions() == []
-    events = fl.logs_json("asker")
-    result = assert_tool_flow(events, "mcp__ask_human__ask_human")
-    assert result["text"] == ASK_ANSWER
-    (sent,) = tool_results(calls[1])
-    assert ASK_ANSWER in json.dumps(sent["content"]), sent
-
-
 def answer_the_question(fl: Fleet, name: str, text: str, run: subprocess.Popen[bytes]) -> None:
     """Wait for the task's question in `questions --json`, then answer it with `fleet-tui answer`."""
 
@@ -299,7 +290,13 @@ def answer_the_question(fl: Fleet, name: str, text: str, run: subprocess.Popen[b
             raise AssertionError(f"the engine exited before the question came:\n{fl.run_log()}")
         return [q for q in fl.questions() if q["task"] == name]
 
-    (q,) = wait_for(pending, 60, interval=0.3, what=f"{name}'s question")
+    try:
+        (q,) = wait_for(pending, 60, interval=0.3, what=f"{name}'s question")
+    except AssertionError as e:
+        events = [
+            f"{ev['kind']}: {str(ev.get('text') or ev.get('tool') or '')[:200]}" for ev in fl.logs_json(name)
+        ]
+        raise AssertionError(f"{e}\nevents: {events[-15:]}\nstderr: {fl.stderr_of(name)}") from e
     assert q["text"] == text and q["status"] == "pending" and q["attempt"] == 1, q
     assert fl.task(name)["asking"] is True
     fl("answer", q["id"], ASK_ANSWER)
@@ -318,16 +315,11 @@ def stop(run: subprocess.Popen[bytes]) -> None:
 # -- Codex --------------------------------------------------------------------------------------
 
 
-def codex_env(fl: Fleet, url: str, **extra: str) -> None:
-    """FLEET_CODEX_* make CodexCoder write a `fleet` model provider into the run's CODEX_HOME."""
-    fl.env.update(
-        FLEET_CODEX_BASE_URL=url,
-        FLEET_CODEX_API_KEY="sk-fake",
-        OPENAI_API_KEY="",
-        CODEX_API_KEY="",
-        OPENAI_BASE_URL="",
-        **extra,
-    )
+def codex_env(fl: Fleet, url: str, retries: int | None = None) -> None:
+    """The user's ~/.codex/config.toml names a custom provider at ``url`` (as Codex users do)."""
+    for var in SCRUB:
+        fl.env.pop(var, None)
+    fl.env.update(codex_user(fl.user_home, url, retries=retries))
 
 
 def shell_call(req: Request) -> ToolCall:
@@ -370,13 +362,13 @@ def test_codex_429_then_success(codex_program: str, fl: Fleet) -> None:
 
 @pytest.fixture(scope="module")
 def codex_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
-    """One run against a 429 that never ends; FLEET_CODEX_MAX_RETRIES=1 sets the provider's
-    request_max_retries and stream_max_retries in the run's CODEX_HOME."""
+    """One run against a 429 that never ends; the user's provider sets request_max_retries and
+    stream_max_retries to 1."""
     require_program("codex")
     fl = Fleet(tmp_path_factory.mktemp("codex-limited"))
     script: Steps = [(HttpError(429, "per-minute rate limit (fake)", retry_after=1), None)]
     with serve_openai_responses(script) as (url, rec):
-        codex_env(fl, url, FLEET_CODEX_MAX_RETRIES="1")
+        codex_env(fl, url, retries=1)
         fl.add("codex", "limited", "Say something", "--model", "fake-model")
         out = fl.run_until_idle("--max-wait", "0")  # the limit never ends: do not sit it out
         calls = len(rec.model_requests())
@@ -386,41 +378,6 @@ def codex_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
 def test_codex_429_forever_requeues_without_a_retry(codex_limited: LimitedRun) -> None:
     assert codex_limited.model_calls == 2  # the first try and one retry
     assert_rate_limited_requeued(codex_limited)
-
-
-def test_codex_asks_a_human_through_fleet(codex_program: str, fl: Fleet) -> None:
-    """Codex offers MCP tools as namespace ``mcp__ask_human``; the call is tool ``ask_human``."""
-    state = {"asked": False, "waits": 0}
-
-    def turn(req: Request) -> ToolCall | Text:
-        if state["asked"]:
-            return Text("Asked; the answer was PostgreSQL 16.")
-        if "mcp__ask_human" in req.tool_names():
-            state["asked"] = True
-            return ToolCall("ask_human", {"question": "Which database?"}, namespace="mcp__ask_human")
-        state["waits"] += 1  # the MCP server was not listed yet: let it start, then ask
-        if state["waits"] > 5:
-            return Text("ask_human never appeared")
-        return ToolCall("exec_command", {"cmd": "sleep 1"})
-
-    with serve_openai_responses([(turn, None)]) as (url, rec):
-        codex_env(fl, url)
-        fl.add("codex", "asker", "Pick a database", "--model", "fake-model")
-        run = fl.run_bg()
-        try:
-            answer_the_question(fl, "asker", "Which database?", run)
-            assert run.wait(timeout=RUN_TIMEOUT_S) == 0, fl.run_log()
-        finally:
-            stop(run)
-        calls = rec.model_requests()
-    t = assert_done(fl, "asker")
-    assert t["result_text"] == "Asked; the answer was PostgreSQL 16."
-    events = fl.logs_json("asker")
-    result = assert_tool_flow(events, "mcp__ask_human__ask_human")
-    assert result["text"] == ASK_ANSWER
-    assert any(ASK_ANSWER in json.dumps(function_outputs(c)) for c in calls), (
-        "the answer never reached the model"
-    )
 
 
 # -- OpenCode and Gemini: one success flow each -------------------------------------------------
@@ -433,12 +390,9 @@ def test_opencode_write_tool_then_done(opencode_program: str, fl: Fleet) -> None
         Text("Created hello.txt."),
     ]
     with serve_anthropic(script) as (url, rec):
-        fl.env.update(
-            ANTHROPIC_API_KEY="sk-ant-fake",
-            FLEET_OPENCODE_ANTHROPIC_BASE_URL=url + "/v1",
-            OPENCODE_DISABLE_MODELS_FETCH="1",  # the models.dev snapshot bundled in the binary
-            XDG_DATA_HOME=str(fl.user_home / ".local" / "share"),
-        )
+        for var in SCRUB:
+            fl.env.pop(var, None)
+        fl.env.update(opencode_user(fl.user_home, url + "/v1"))  # the provider's baseURL, as users set it
         fl.add("opencode", "hello", "Create hello.txt", "--model", "anthropic/claude-sonnet-4-5")
         fl.run_until_idle()
         calls = rec.model_requests()
@@ -471,3 +425,178 @@ def test_gemini_write_file_then_done(gemini_program: str, fl: Fleet) -> None:
     assert_tool_flow(fl.logs_json("hello"), "write_file")
     (sent,) = function_responses(calls[1])
     assert sent["name"] == "write_file"
+
+
+# -- Real users' setups (issue 13) ----------------------------------------------------------------
+#
+# Each CLI configured in a scratch HOME as its users configure it (tests/fakeapi/user_setups.py):
+# a custom provider/base URL and a default model in the CLI's own config, and one MCP server of
+# the user's own. One run through fleet-tui per CLI shows all of issue 13 at once: the task is
+# done, the fake API saw the user's default model, the prompt (1 MB) reached it whole, the model
+# called ask_human in its very first turn and got the person's answer, it called the user's own
+# MCP tool and that really ran, and nothing under the user's HOME changed.
+
+QUESTION = "Which database?"
+#: the usage the fake reports per call: the 1 MB prompt estimated at 4 characters a token would
+#: fill the context window and make the engine hand the task to a fresh session
+TOKENS = 5000
+BIG_PROMPT = (
+    "Ask the person which database to use, then look up a fact, then stop. MARK-START\n"
+    + "".join(f"context line {i:06d}: nothing to do here, keep going.\n" for i in range(18870))
+    + "MARK-END"
+)
+
+
+@dataclass
+class UserRun:
+    fl: Fleet
+    requests: list[Request]
+    facts_log: Path
+    before: dict[str, Any]
+
+    def bodies(self) -> list[str]:
+        return [json.dumps(r.body) for r in self.requests]
+
+
+def run_user_setup(fl: Fleet, coder: str, serve: Any, script: Steps, configure: Any) -> UserRun:
+    """Configure the user's HOME for ``coder`` (``configure(home, url, log) -> env``), load a
+    task with the 1 MB prompt, run fleet-tui, answer the question with `fleet-tui answer`."""
+    assert len(BIG_PROMPT.encode()) >= 1_000_000
+    facts_log = fl.logs / "facts.jsonl"
+    tasks = fl.work.parent / "tasks.toml"
+    tasks.write_text(f"[[task]]\nname = \"real\"\ncoder = \"{coder}\"\ncwd = \"{fl.work}\"\n"
+                     f"prompt = '''{BIG_PROMPT}'''\n")  # fmt: skip
+    with serve(script) as (url, rec):
+        for var in SCRUB:
+            fl.env.pop(var, None)
+        fl.env.update(configure(fl.user_home, url, facts_log))
+        before = tree(fl.user_home)
+        fl("load", str(tasks))
+        run = fl.run_bg()
+        try:
+            answer_the_question(fl, "real", QUESTION, run)
+            assert run.wait(timeout=RUN_TIMEOUT_S) == 0, fl.run_log()
+        finally:
+            stop(run)
+        requests = rec.model_requests()
+    return UserRun(fl, requests, facts_log, before)
+
+
+def assert_user_run(ur: UserRun, model_seen: str, cli_own: tuple[str, ...] = ()) -> None:
+    fl = ur.fl
+    t = assert_done(fl, "real")
+    assert fl.questions() == []
+    first = ur.bodies()[0]
+    assert "MARK-START" in first and "MARK-END" in first and len(first) > 1_000_000  # the prompt, whole
+    assert model_seen in (ur.requests[0].path + first), (ur.requests[0].path, first[:300])
+    assert any(ASK_ANSWER in b for b in ur.bodies()[1:]), "the person's answer never reached the model"
+    calls = [json.loads(x) for x in ur.facts_log.read_text().splitlines()]
+    assert [c["arguments"] for c in calls] == [{"topic": "life"}], calls  # the user's own tool ran
+    assert any(FACT in b for b in ur.bodies()), "the user's tool result never reached the model"
+    after = tree(fl.user_home)
+    changed = sorted(k for k in set(after) | set(ur.before) if after.get(k) != ur.before.get(k))
+    changed = [k for k in changed if not any(k == p or k.startswith(p + "/") for p in cli_own)]
+    assert changed == [], changed  # nothing under the user's HOME changed
+    assert t["result_text"] == "Asked and looked it up."
+
+
+def test_claude_with_a_users_setup(claude_program: str, fl: Fleet) -> None:
+    script: Steps = [
+        ToolCall("mcp__ask_human__ask_human", {"question": QUESTION}, input_tokens=TOKENS),
+        ToolCall("mcp__facts__lookup_fact", {"topic": "life"}, input_tokens=TOKENS),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(fl, "claude", serve_anthropic, script, claude_user)
+    # Claude Code logs its MCP servers' stderr under ~/.cache/claude-cli-nodejs (its own cache)
+    assert_user_run(ur, f'"model": "{CLAUDE_MODEL}', (".cache/claude-cli-nodejs",))
+
+
+def test_codex_with_a_users_setup(codex_program: str, fl: Fleet) -> None:
+    """gpt-5.5 defers MCP tools: the model searches with tool_search in its very first turn."""
+
+    def ask(req: Request) -> ToolCall | Text:
+        found = json.dumps(tool_search_outputs(req))
+        if '"mcp__ask_human"' not in found:
+            return Text(f"tool_search did not find ask_human: {found[:300]}")
+        return ToolCall("ask_human", {"question": QUESTION}, namespace="mcp__ask_human", input_tokens=TOKENS)
+
+    def search(req: Request) -> ToolCall | Text:
+        if not offers_tool_search(req):
+            return Text("no tool_search offered")
+        return ToolCall("tool_search", {"query": "ask a human person question"}, input_tokens=TOKENS)
+
+    script: Steps = [
+        search,
+        ask,
+        ToolCall("tool_search", {"query": "lookup fact topic"}, input_tokens=TOKENS),
+        ToolCall("lookup_fact", {"topic": "life"}, namespace="mcp__facts", input_tokens=TOKENS),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(fl, "codex", serve_openai_responses, script, codex_user)
+    assert_user_run(ur, f'"model": "{CODEX_MODEL}')
+
+
+def test_opencode_with_a_users_setup(opencode_program: str, fl: Fleet) -> None:
+    script: Steps = [
+        ToolCall("ask_human_ask_human", {"question": QUESTION}, input_tokens=TOKENS),
+        ToolCall("facts_lookup_fact", {"topic": "life"}, input_tokens=TOKENS),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(
+        fl, "opencode", serve_anthropic, script, lambda h, u, log: opencode_user(h, u + "/v1", log)
+    )
+    assert "ask_human_ask_human" in ur.requests[0].tool_names()  # offered from the first turn
+    # OpenCode itself, on its first run for this HOME (as when its user runs it), drops a
+    # .gitignore into its global config dir and fills npm's cache while it sets up its plugin SDK:
+    # new files of the CLI's own, nothing of the user's changed
+    own = (".npm", ".config/opencode/.gitignore")
+    assert_user_run(ur, f'"model": "{OPENCODE_MODEL.split("/")[1]}', own)
+
+
+def test_gemini_with_a_users_setup(gemini_program: str, fl: Fleet) -> None:
+    def named(part: str, args: dict[str, Any]) -> Any:
+        def turn(req: Request) -> ToolCall | Text:
+            names = [n for n in gemini_tool_names(req) if part in n]
+            return (
+                ToolCall(names[0], args, input_tokens=TOKENS)
+                if names
+                else Text(f"no {part} tool: {gemini_tool_names(req)}")
+            )
+
+        return turn
+
+    script: Steps = [
+        named("ask_human", {"question": QUESTION}),
+        named("lookup_fact", {"topic": "life"}),
+        Text("Asked and looked it up.", input_tokens=TOKENS),
+    ]
+    ur = run_user_setup(fl, "gemini", serve_gemini, script, gemini_user)
+    assert_user_run(ur, f"/models/{GEMINI_MODEL}:")
+
+
+def test_doctor_shows_each_coders_user_setup(fl: Fleet) -> None:
+    """`fleet-tui doctor`, per coder: program and version, the user's config files it found, the
+    model it will use, and the MCP servers the agent will see (the user's own + ask_human)."""
+    for program in ("claude", "codex", "opencode", "gemini"):
+        require_program(program)
+    for var in SCRUB:
+        fl.env.pop(var, None)
+    log = fl.logs / "facts.jsonl"
+    for configure in (claude_user, codex_user, opencode_user, gemini_user):
+        fl.env.update(configure(fl.user_home, "http://127.0.0.1:9", log))
+    out = fl("doctor").stdout
+    blocks = {b.split()[0]: b for b in re.split(r"\nok +coder +", "\n" + out)[1:]}
+    h = fl.user_home
+    expect = {
+        "claude": (CLAUDE_MODEL, f"{h}/.claude.json, {h}/.claude/settings.json"),
+        "codex": (f"{CODEX_MODEL} (provider proxy)", f"{h}/.codex/config.toml"),
+        "opencode": (OPENCODE_MODEL, f"{h}/.config/opencode/opencode.json"),
+        "gemini": (GEMINI_MODEL, f"{h}/.gemini/settings.json"),
+    }
+    for name, (model, files) in expect.items():
+        block = blocks[name]
+        assert "usable" in block and f"config: {files}" in block, block
+        assert f"model: {model}" in block and "MCP servers: facts, ask_human" in block, block
+    fl("config", "set", "mcp", "fleet-only")
+    out = fl("doctor").stdout
+    assert out.count("MCP servers: ask_human\n") == 4, out

@@ -435,7 +435,7 @@ def test_reviewer_timeout_kills_its_whole_process_group(tmp_path: Path) -> None:
     assert info["timed_out"] is True
     _wait_group_gone(info["pid"])
     # children in the reviewer's group go with it (a shell that ignores SIGTERM is KILLed)
-    out, _, _, timed_out, pgid = review_run(
+    out, _, _, timed_out, _, pgid = review_run(
         ["/bin/sh", "-c", "trap '' TERM; sleep 60 & sleep 60 & echo started; wait"],
         tmp_path,
         dict(os.environ),

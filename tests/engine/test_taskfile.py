@@ -217,7 +217,7 @@ def test_wrong_types_each_at_their_line(tmp_path: Path) -> None:
     assert 'depends_on must be an array of strings like ["other-task"], got a string' in errs[2]
     assert "timeout_min must be greater than 0" in errs[3]
     assert "max_retries must be a whole number >= 0" in errs[4]
-    assert 'merge must be "manual" or "auto"' in errs[5]
+    assert 'merge must be "manual", "auto" or "pr"' in errs[5]
     assert "env values must be strings: N" in errs[6]
     assert "requires must be an array of strings" in errs[7]
     assert "stall_min must be a number, got a boolean" in errs[8]

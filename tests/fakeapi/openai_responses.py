@@ -36,6 +36,8 @@ from . import (
 )
 
 _ids = itertools.count(1)
+#: the name of Codex's tool-search tool: a ToolCall of it becomes a ``tool_search_call`` item
+TOOL_SEARCH = "tool_search"
 
 _ERRORS = {
     400: ("invalid_request_error", "invalid_request_error"),
@@ -86,7 +88,20 @@ def _items(turn: Text | ToolCall) -> list[dict[str, Any]]:
                 "content": [{"type": "output_text", "text": text, "annotations": []}],
             }
         )
-    if isinstance(turn, ToolCall):
+    if isinstance(turn, ToolCall) and turn.name == TOOL_SEARCH:
+        # Codex's client-executed tool search (models that defer MCP tools): Codex answers with a
+        # tool_search_output item listing the tools it found, offered from then on
+        items.append(
+            {
+                "type": "tool_search_call",
+                "id": _uid("ts"),
+                "call_id": _uid("call"),
+                "status": "completed",
+                "execution": "client",
+                "arguments": turn.input,
+            }
+        )
+    elif isinstance(turn, ToolCall):
         call: dict[str, Any] = {
             "type": "function_call",
             "id": _uid("fc"),
@@ -146,7 +161,7 @@ def _answer(h: FakeHandler, req: Request, turn: Text | ToolCall) -> None:
                     content_index=0,
                     delta=text[k : k + step],
                 )
-        else:
+        elif item["type"] == "function_call":
             send(
                 "response.function_call_arguments.delta",
                 item_id=item["id"],
@@ -205,6 +220,20 @@ def serve_openai_responses(
         yield server.base_url + "/v1", rec
     finally:
         server.stop()
+
+
+def tool_search_outputs(req: Request) -> list[dict[str, Any]]:
+    """The ``tool_search_output`` items a request sent (what Codex's tool search found)."""
+    body = req.body if isinstance(req.body, dict) else {}
+    return [
+        i for i in body.get("input") or [] if isinstance(i, dict) and i.get("type") == "tool_search_output"
+    ]
+
+
+def offers_tool_search(req: Request) -> bool:
+    """Codex offered its ``tool_search`` tool (the model defers MCP tools)."""
+    body = req.body if isinstance(req.body, dict) else {}
+    return any(isinstance(t, dict) and t.get("type") == TOOL_SEARCH for t in body.get("tools") or [])
 
 
 def function_outputs(req: Request) -> list[dict[str, Any]]:

@@ -145,6 +145,8 @@ def _state_text(task: Task, asking: bool) -> str:
     if status in (TaskStatus.NEEDS_HUMAN, TaskStatus.PAUSED, TaskStatus.CANCELLED) and task.reason:
         prefix = "paused: " if status == TaskStatus.PAUSED else ""
         return prefix + task.reason
+    if status == TaskStatus.DONE and "pull request #" in (task.reason or ""):  # merge = "pr"
+        return "done: " + (task.reason or "").split(": http", 1)[0]
     return status.value
 
 

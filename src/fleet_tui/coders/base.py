@@ -36,6 +36,9 @@ class AttemptContext:
     mcp_command: tuple[str, ...] = ()
     #: environment the MCP server needs (FLEET_HOME, FLEET_TASK_ID, FLEET_ATTEMPT, store URL...)
     mcp_env: Mapping[str, str] = field(default_factory=dict)
+    #: the agent also sees the user's own MCP servers (config ``mcp = "inherit"``); False:
+    #: only fleet's ask_human (``mcp = "fleet-only"``)
+    user_mcp: bool = True
 
 
 class Normalizer(Protocol):
@@ -91,6 +94,10 @@ class Coder(Protocol):
         ...
 
     def version(self) -> str | None: ...
+
+    def setup(self, user_mcp: bool = True) -> Setup:
+        """The user's configuration the agent will run with (config files, MCP servers, model)."""
+        ...
 
 
 _DECODER = json.JSONDecoder()
@@ -229,6 +236,10 @@ class BaseCoder:
             return False, f"'{self.program}' not found on PATH; install it: {self.install_hint}"
         return True, path
 
+    def setup(self, user_mcp: bool = True) -> Setup:
+        """The user's configuration this coder's agent runs with (for ``doctor``)."""
+        return Setup(mcp_servers=("ask_human",))
+
     def version(self) -> str | None:
         path = self.which()
         if path is None:
@@ -241,6 +252,64 @@ class BaseCoder:
             return None
         text = (out.stdout or out.stderr).strip().splitlines()
         return text[0] if text else None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a per-run file readable by this user only (0600): it may hold a copy of the user's
+    config (tokens, provider keys) or the store's connection settings."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+
+
+def link_user_files(src_dir: Path, dst_dir: Path, names: tuple[str, ...]) -> None:
+    """Symlink the user's ``names`` from ``src_dir`` into a per-run config dir (never copied, so
+    nothing of the user's is duplicated or diverges; missing ones are skipped)."""
+    if not src_dir.is_dir() or src_dir.resolve() == dst_dir.resolve():
+        return
+    for name in names:
+        src, dst = src_dir / name, dst_dir / name
+        if (src.exists() or src.is_symlink()) and not (dst.exists() or dst.is_symlink()):
+            try:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.symlink_to(src)
+            except OSError:
+                pass
+
+
+def read_text(path: Path) -> str | None:
+    """A user config file's text (read with ``read_user_config``'s cap), or None when it is
+    missing, unreadable, not a regular file or too big: the run then goes on without it."""
+    try:
+        return read_user_config(path)
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What ``fleet-tui doctor`` shows of one coder: the user's config the agent will run with."""
+
+    config_files: tuple[str, ...] = ()  # the user's config files that were found
+    mcp_servers: tuple[str, ...] = ()  # MCP servers the agent will see (ask_human included)
+    model: str | None = None  # the model it will use when a task names none
+    notes: tuple[str, ...] = ()
+
+
+def setup_lines(coder: Coder, user_mcp: bool, default_model: str | None) -> list[str]:
+    """What ``fleet-tui doctor`` prints of a coder's user setup (config files, model, MCP servers)."""
+    try:
+        setup = coder.setup(user_mcp)
+    except Exception as e:  # a user config we cannot read must not hide the other coders
+        return [f"could not read its user config: {e}"]
+    return [
+        f"config: {', '.join(setup.config_files) or 'no user config file found'}",
+        f"model: {default_model or setup.model or '?'}" + (" (fleet default_model)" if default_model else ""),
+        f"MCP servers: {', '.join(setup.mcp_servers)}",
+        *setup.notes,
+    ]
 
 
 class CoderNotFound(LookupError):

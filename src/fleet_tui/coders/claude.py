@@ -19,7 +19,15 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer
+from fleet_tui.coders.base import (
+    AttemptContext,
+    BaseCoder,
+    BaseNormalizer,
+    Setup,
+    link_user_files,
+    read_text,
+    write_private,
+)
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
 #: Claude's context window unless the stream says otherwise (``modelUsage[m].contextWindow``).
@@ -29,6 +37,8 @@ MCP_TOOL_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 ASK_HUMAN_TOOL = "mcp__ask_human__ask_human"
 #: environment variables that mean Claude Code authenticates without the user's login
 _API_CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+#: what of the user's config dir a run with its own CLAUDE_CONFIG_DIR links to (read by the CLI)
+_LINKED_USER_FILES = ("CLAUDE.md", "agents", "commands", "skills", "output-styles")
 
 
 def context_window_for(model: str | None) -> int:
@@ -367,7 +377,16 @@ class ClaudeNormalizer(BaseNormalizer):
 
 
 class ClaudeCoder(BaseCoder):
-    """Builds the ``claude -p`` command line, its environment and its per-run MCP config."""
+    """Builds the ``claude -p`` command line, its environment and its per-run MCP config.
+
+    The user's own setup stays: their settings, default model and MCP servers (``claude mcp add
+    --scope user``, project ``.mcp.json``) are loaded by Claude Code itself, and ``--mcp-config``
+    adds fleet's ``ask_human`` on top (``--strict-mcp-config`` only with ``mcp = "fleet-only"``).
+    When Claude Code authenticates from the environment (an API key or token), the run gets its
+    own ``CLAUDE_CONFIG_DIR`` holding private copies of the user's ``.claude.json`` and
+    ``settings.json`` and links to their CLAUDE.md, agents, commands and skills, so the CLI's
+    own state writes (sessions, counters) never land in the user's files.
+    """
 
     name: ClassVar[str] = "claude"
     program: ClassVar[str | None] = "claude"
@@ -383,6 +402,18 @@ class ClaudeCoder(BaseCoder):
     def config_dir(ctx: AttemptContext) -> Path:
         return ctx.attempt_dir / "claude_config"
 
+    @staticmethod
+    def user_config_dir() -> Path:
+        """The user's Claude Code config dir (``$CLAUDE_CONFIG_DIR``, else ``~/.claude``)."""
+        d = os.environ.get("CLAUDE_CONFIG_DIR")
+        return Path(d) if d else Path.home() / ".claude"
+
+    @classmethod
+    def user_state_file(cls) -> Path:
+        """The user's ``.claude.json`` (user-scope MCP servers, per-project settings)."""
+        d = os.environ.get("CLAUDE_CONFIG_DIR")
+        return Path(d) / ".claude.json" if d else Path.home() / ".claude.json"
+
     def argv(self, ctx: AttemptContext) -> list[str]:
         # The prompt goes on stdin: --mcp-config and --allowedTools take several values and
         # would swallow a positional prompt, and stdin has no ARG_MAX limit.
@@ -391,13 +422,12 @@ class ClaudeCoder(BaseCoder):
             args += ["--model", ctx.model]
         args.append("--dangerously-skip-permissions")
         if ctx.mcp_command:
-            args += [
-                "--mcp-config",
-                str(self.mcp_config_path(ctx)),
-                "--strict-mcp-config",
-                "--allowedTools",
-                ASK_HUMAN_TOOL,
-            ]
+            args += ["--mcp-config", str(self.mcp_config_path(ctx))]
+            if not ctx.user_mcp:
+                args.append("--strict-mcp-config")
+            args += ["--allowedTools", ASK_HUMAN_TOOL]
+        elif not ctx.user_mcp:
+            args += ["--strict-mcp-config"]
         return args
 
     def isolates_config(self, ctx: AttemptContext) -> bool:
@@ -427,7 +457,7 @@ class ClaudeCoder(BaseCoder):
     def prepare(self, ctx: AttemptContext) -> None:
         ctx.attempt_dir.mkdir(parents=True, exist_ok=True)
         if self.isolates_config(ctx):
-            self.config_dir(ctx).mkdir(parents=True, exist_ok=True)
+            self._copy_user_config(self.config_dir(ctx))
         if ctx.mcp_command:
             server: dict[str, Any] = {
                 "type": "stdio",
@@ -436,7 +466,46 @@ class ClaudeCoder(BaseCoder):
                 "env": dict(ctx.mcp_env),
             }
             data = json.dumps({"mcpServers": {"ask_human": server}}, indent=2)
-            self.mcp_config_path(ctx).write_text(data + "\n", encoding="utf-8")
+            write_private(self.mcp_config_path(ctx), data + "\n")
+
+    def _copy_user_config(self, dst: Path) -> None:
+        """Private copies (0600) of the user's .claude.json and settings, links to the rest."""
+        dst.mkdir(parents=True, exist_ok=True)
+        for src, name in (
+            (self.user_state_file(), ".claude.json"),
+            (self.user_config_dir() / "settings.json", "settings.json"),
+        ):
+            text = read_text(src)
+            if text is not None and not (dst / name).exists():
+                write_private(dst / name, text)
+        link_user_files(self.user_config_dir(), dst, _LINKED_USER_FILES)
+
+    def setup(self, user_mcp: bool = True) -> Setup:
+        files: list[str] = []
+        servers: list[str] = []
+        model = os.environ.get("ANTHROPIC_MODEL") or None
+        state = self.user_state_file()
+        text = read_text(state)
+        if text is not None:
+            files.append(str(state))
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = {}
+            if user_mcp and isinstance(data, dict) and isinstance(data.get("mcpServers"), dict):
+                servers += sorted(data["mcpServers"])
+        settings = self.user_config_dir() / "settings.json"
+        text = read_text(settings)
+        if text is not None:
+            files.append(str(settings))
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = {}
+            if isinstance(data, dict) and isinstance(data.get("model"), str) and not model:
+                model = data["model"]
+        notes = () if user_mcp else ("mcp = fleet-only: the user's MCP servers are off",)
+        return Setup(tuple(files), (*servers, "ask_human"), model or "Claude Code's default", notes)
 
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None

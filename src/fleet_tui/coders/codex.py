@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,12 +28,23 @@ from typing import Any, ClassVar
 
 import tomlkit
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, read_user_config
+from fleet_tui.coders.base import (
+    AttemptContext,
+    BaseCoder,
+    BaseNormalizer,
+    Setup,
+    link_user_files,
+    read_text,
+    write_private,
+)
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
+#: the longest input Codex accepts (0.171: "Input exceeds the maximum length of 1048576 characters")
+MAX_INPUT_CHARS = 1 << 20
 #: seconds Codex lets the ask_human MCP tool run (it blocks until a human answers)
 MCP_TOOL_TIMEOUT_SEC = 7 * 24 * 3600
-PROVIDER_ID = "fleet"
+#: what of the user's CODEX_HOME a run links into its own (read by Codex, never written)
+_LINKED_USER_FILES = ("AGENTS.md", "AGENTS.override.md", "prompts", "skills", "rules")
 #: "Reconnecting... 2/5 (<cause>)": a retry notice, not a terminal error (codex 0.171 wording)
 _RECONNECT = re.compile(r"^Reconnecting\.\.\.\s*(\d+)\s*/\s*(\d+)")
 _STATUS = re.compile(r"\b(401|403|429)\b")
@@ -42,12 +52,6 @@ _STATUS = re.compile(r"\b(401|403|429)\b")
 _TRY_AGAIN = re.compile(
     r"try again at ([A-Z][a-z]{2} \d{1,2})(?:st|nd|rd|th)?, (\d{4}) (\d{1,2}:\d{2} [AP]M)"
 )
-
-
-def _setting(ctx: AttemptContext, name: str) -> str | None:
-    """A fleet setting from the task's env, else the supervisor's environment."""
-    v = dict(ctx.task.spec.env).get(name) or os.environ.get(name)
-    return v or None
 
 
 def _int(v: Any) -> int:
@@ -435,7 +439,15 @@ class CodexNormalizer(BaseNormalizer):
 
 
 class CodexCoder(BaseCoder):
-    """Builds the ``codex exec --json`` command line and its per-run CODEX_HOME."""
+    """Builds the ``codex exec --json`` command line and its per-run CODEX_HOME.
+
+    Codex reads its whole configuration from ``$CODEX_HOME/config.toml``; the run's own
+    CODEX_HOME (so Codex's sessions and logs stay in the attempt directory) gets a private copy
+    (0600) of the user's config.toml with everything in it kept (providers, default model,
+    profiles, project trust, the user's ``mcp_servers``) and fleet's ``ask_human`` server added;
+    the login (auth.json) is copied likewise, and AGENTS.md, prompts, skills and rules are linked.
+    With ``mcp = "fleet-only"`` the user's servers are left out.
+    """
 
     name: ClassVar[str] = "codex"
     program: ClassVar[str | None] = "codex"
@@ -467,44 +479,41 @@ class CodexCoder(BaseCoder):
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {"CODEX_HOME": str(self.codex_home(ctx))}
 
+    @staticmethod
+    def prompt_file(ctx: AttemptContext) -> Path:
+        return ctx.attempt_dir / "codex_prompt.md"
+
     def stdin(self, ctx: AttemptContext) -> bytes | None:
-        return ctx.prompt.encode("utf-8")
+        if len(ctx.prompt) <= MAX_INPUT_CHARS:
+            return ctx.prompt.encode("utf-8")
+        # Codex refuses a longer input ("input_too_large"): the prompt goes whole into a file
+        return (
+            f"Your task's instructions are {len(ctx.prompt)} characters long, more than Codex accepts "
+            f"as input, so they are in the file {self.prompt_file(ctx)}. Read that whole file first "
+            "(in parts if needed), then do exactly what it says.\n"
+        ).encode()
 
     @staticmethod
     def user_home() -> Path:
         """The user's own CODEX_HOME (read only: config and login are copied from it)."""
         return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
 
+    def user_config(self) -> tomlkit.TOMLDocument | None:
+        text = read_text(self.user_home() / "config.toml")
+        if text is None:
+            return None
+        try:
+            return tomlkit.parse(text)
+        except Exception:  # an unreadable user config must not block the run (Codex will say why)
+            return None
+
     def config(self, ctx: AttemptContext) -> tomlkit.TOMLDocument:
-        """The per-run config.toml: the user's settings without their MCP servers, plus ours."""
-        doc = tomlkit.document()
-        base_url = _setting(ctx, "FLEET_CODEX_BASE_URL")
-        user_cfg = self.user_home() / "config.toml"
-        if base_url is None and user_cfg.is_file():
-            try:
-                doc = tomlkit.parse(read_user_config(user_cfg))
-            except Exception:  # an unreadable user config must not block the run
-                doc = tomlkit.document()
-        doc.pop("mcp_servers", None)
+        """The per-run config.toml: the user's whole config plus fleet's ask_human server."""
+        doc = self.user_config() or tomlkit.document()
+        if not ctx.user_mcp:
+            doc.pop("mcp_servers", None)
         note = f"fleet-tui: task {ctx.task.id} attempt {ctx.attempt}; CODEX_HOME points here"
         doc.add(tomlkit.comment(note))
-        if base_url is not None:
-            provider = tomlkit.table()
-            provider["name"] = PROVIDER_ID
-            provider["base_url"] = base_url
-            provider["wire_api"] = "responses"
-            if _setting(ctx, "FLEET_CODEX_API_KEY"):
-                provider["env_key"] = "FLEET_CODEX_API_KEY"
-            retries = _setting(ctx, "FLEET_CODEX_MAX_RETRIES")
-            if retries is not None and retries.isdigit():
-                provider["request_max_retries"] = int(retries)
-                provider["stream_max_retries"] = int(retries)
-            doc["model_provider"] = PROVIDER_ID
-            providers = doc.get("model_providers")
-            if not isinstance(providers, dict):
-                providers = tomlkit.table()
-                doc["model_providers"] = providers
-            providers[PROVIDER_ID] = provider
         if ctx.mcp_command:
             server = tomlkit.table()
             server["command"] = ctx.mcp_command[0]
@@ -521,23 +530,41 @@ class CodexCoder(BaseCoder):
             tools = tomlkit.table()
             tools["ask_human"] = tool
             server["tools"] = tools
-            servers = tomlkit.table()
+            servers = doc.get("mcp_servers")
+            if not isinstance(servers, dict):
+                servers = tomlkit.table()
+                doc["mcp_servers"] = servers
             servers["ask_human"] = server
-            doc["mcp_servers"] = servers
         return doc
 
     def prepare(self, ctx: AttemptContext) -> None:
         home = self.codex_home(ctx)
         home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text(tomlkit.dumps(self.config(ctx)), encoding="utf-8")
-        auth = self.user_home() / "auth.json"
-        if _setting(ctx, "FLEET_CODEX_BASE_URL") is None and auth.is_file():
-            dst = home / "auth.json"
-            try:
-                shutil.copyfile(auth, dst)
-                dst.chmod(0o600)
-            except OSError:
-                pass
+        if len(ctx.prompt) > MAX_INPUT_CHARS:
+            write_private(self.prompt_file(ctx), ctx.prompt)
+        write_private(home / "config.toml", tomlkit.dumps(self.config(ctx)))
+        user = self.user_home()
+        auth = read_text(user / "auth.json")
+        if auth is not None:
+            write_private(home / "auth.json", auth)
+        link_user_files(user, home, _LINKED_USER_FILES)
+
+    def setup(self, user_mcp: bool = True) -> Setup:
+        cfg_path = self.user_home() / "config.toml"
+        doc = self.user_config()
+        files = (str(cfg_path),) if cfg_path.is_file() else ()
+        servers: list[str] = []
+        model: str | None = None
+        if doc is not None:
+            if user_mcp and isinstance(doc.get("mcp_servers"), dict):
+                servers = sorted(str(k) for k in doc["mcp_servers"])
+            m = doc.get("model")
+            model = str(m) if m else None
+            provider = doc.get("model_provider")
+            if model and provider:
+                model = f"{model} (provider {provider})"
+        notes = () if user_mcp else ("mcp = fleet-only: the user's MCP servers are off",)
+        return Setup(files, (*servers, "ask_human"), model or "Codex's default", notes)
 
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None

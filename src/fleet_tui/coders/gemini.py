@@ -8,8 +8,8 @@ input, 44 sandbox, 52 config, 53 turn limit, 54 tool execution, 55 untrusted wor
 cancelled; a terminal 429 exits with its HTTP status, which POSIX truncates to 173). Its auth
 failure in stream-json prints nothing on stdout and exits 41. This module is the only place that
 knows that, and how to give each run its own settings (``GEMINI_CLI_HOME`` under the attempt
-directory, so ``~/.gemini`` is never written) with the ``ask_human`` MCP server registered and
-trusted.
+directory, so ``~/.gemini`` is never written): the user's settings with the ``ask_human`` MCP
+server registered and trusted on top.
 
 Gemini puts no cost, no context window and no rate-limit event on stdout; its retries are logged
 on stderr only. A 429 surfaces when the CLI gives up (``result.status == "error"``), so the
@@ -25,7 +25,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, read_user_config
+from fleet_tui.coders.base import (
+    AttemptContext,
+    BaseCoder,
+    BaseNormalizer,
+    Setup,
+    link_user_files,
+    read_text,
+    write_private,
+)
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
 __all__ = ["EXIT_CODES", "GeminiCoder", "GeminiNormalizer"]
@@ -63,8 +71,19 @@ RATE_LIMIT_ADVICE = (
 #: How long one ask_human call may block (Gemini's default MCP timeout is 10 minutes); the
 #: ask_human server answers "no answer" on its own expiry well before this.
 MCP_TIMEOUT_MS = 7 * 24 * 3600 * 1000
-#: Files of the user's Gemini home that hold a login (linked, never copied, into the run's home).
-_CREDENTIAL_FILES = ("oauth_creds.json", "google_accounts.json", "installation_id")
+#: What of the user's ~/.gemini a run links into its own (a login, context, commands, extensions).
+_LINKED_USER_FILES = (
+    "oauth_creds.json",
+    "google_accounts.json",
+    "installation_id",
+    ".env",
+    "GEMINI.md",
+    "commands",
+    "extensions",
+    "agents",
+    "skills",
+    "policies",
+)
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?")
 _RESET_AFTER = re.compile(r"(?:reset after|retry after|retry in)\s+([0-9hms.]+)", re.IGNORECASE)
@@ -304,11 +323,16 @@ class GeminiNormalizer(BaseNormalizer):
 
 
 class GeminiCoder(BaseCoder):
-    """``gemini --prompt=… --output-format stream-json --approval-mode yolo --skip-trust``.
+    """``gemini --output-format stream-json --approval-mode yolo --skip-trust``, prompt on stdin.
 
-    The prompt goes as ``--prompt=<text>`` (the long form of ``-p``) so a prompt starting with
-    ``-`` is not read as a flag. Settings live in ``<attempt_dir>/gemini/home/.gemini`` through
-    ``GEMINI_CLI_HOME``.
+    The run gets its own ``GEMINI_CLI_HOME`` (so Gemini's chats, logs and caches never land in
+    the user's ``~/.gemini``) whose ``settings.json`` (0600) is the user's own settings with what
+    an unattended run needs merged on top: no auto-update or telemetry, an auth type, and fleet's
+    ``ask_human`` server next to the user's ``mcpServers`` (left out with ``mcp =
+    "fleet-only"``, which also passes ``--allowed-mcp-server-names ask_human`` so extensions'
+    servers stay off). The user's login, ``.env``, GEMINI.md, commands, extensions and the like
+    are linked in. The prompt goes on stdin (Gemini reads piped input as the prompt): no ARG_MAX
+    limit, and it never shows in ``ps``.
     """
 
     name: ClassVar[str] = "gemini"
@@ -326,11 +350,16 @@ class GeminiCoder(BaseCoder):
         return cls.cli_home(ctx) / ".gemini" / "settings.json"
 
     def argv(self, ctx: AttemptContext) -> list[str]:
-        cmd = ["gemini", f"--prompt={ctx.prompt}", "--output-format", "stream-json"]
+        cmd = ["gemini", "--output-format", "stream-json"]
         if ctx.model:
             cmd += ["--model", ctx.model]
         cmd += ["--approval-mode", "yolo", "--skip-trust"]
+        if not ctx.user_mcp:
+            cmd += ["--allowed-mcp-server-names", "ask_human"]
         return cmd
+
+    def stdin(self, ctx: AttemptContext) -> bytes | None:
+        return ctx.prompt.encode("utf-8")
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {
@@ -343,6 +372,16 @@ class GeminiCoder(BaseCoder):
     def user_gemini_dir() -> Path:
         home = os.environ.get("GEMINI_CLI_HOME")
         return (Path(home) if home else Path.home()) / ".gemini"
+
+    @classmethod
+    def user_settings(cls) -> dict[str, Any]:
+        text = read_text(cls.user_gemini_dir() / "settings.json")
+        if text is None:
+            return {}
+        try:
+            return _dict(json.loads(text))
+        except ValueError:
+            return {}
 
     @staticmethod
     def auth_type(user_settings: dict[str, Any], env: Mapping[str, str]) -> str | None:
@@ -368,47 +407,59 @@ class GeminiCoder(BaseCoder):
     def runtime_settings(
         self, ctx: AttemptContext, user_settings: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """The per-run ``settings.json`` (written by ``prepare``)."""
-        settings: dict[str, Any] = {
-            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
-            "privacy": {"usageStatisticsEnabled": False},
-            "telemetry": {"enabled": False},
-        }
+        """The per-run ``settings.json``: the user's settings with the run's needs on top."""
+        settings: dict[str, Any] = json.loads(json.dumps(user_settings or {}))  # a deep copy
+        for section, values in (
+            ("general", {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}),
+            ("privacy", {"usageStatisticsEnabled": False}),
+            ("telemetry", {"enabled": False}),
+        ):
+            settings[section] = {**_dict(settings.get(section)), **values}
         env = {**os.environ, **dict(ctx.task.spec.env)}  # what the agent will run with
         auth = self.auth_type(user_settings or {}, env)
         if auth:
-            settings["security"] = {"auth": {"selectedType": auth}}
+            security = _dict(settings.get("security"))
+            security["auth"] = {**_dict(security.get("auth")), "selectedType": auth}
+            settings["security"] = security
+        servers = _dict(settings.get("mcpServers")) if ctx.user_mcp else {}
         if ctx.mcp_command:
-            settings["mcpServers"] = {
-                "ask_human": {
-                    "command": ctx.mcp_command[0],
-                    "args": list(ctx.mcp_command[1:]),
-                    "env": dict(ctx.mcp_env),
-                    "trust": True,  # headless turns ASK_USER into DENY; trust lets it run
-                    "timeout": MCP_TIMEOUT_MS,
-                }
+            servers["ask_human"] = {
+                "command": ctx.mcp_command[0],
+                "args": list(ctx.mcp_command[1:]),
+                "env": dict(ctx.mcp_env),
+                "trust": True,  # headless turns ASK_USER into DENY; trust lets it run
+                "timeout": MCP_TIMEOUT_MS,
             }
+            mcp = _dict(settings.get("mcp"))
+            if isinstance(mcp.get("allowed"), list) and "ask_human" not in mcp["allowed"]:
+                mcp["allowed"] = [*mcp["allowed"], "ask_human"]
+            if isinstance(mcp.get("excluded"), list):
+                mcp["excluded"] = [x for x in mcp["excluded"] if x != "ask_human"]
+            if mcp:
+                settings["mcp"] = mcp
+        if servers:
+            settings["mcpServers"] = servers
+        else:
+            settings.pop("mcpServers", None)
         return settings
 
     def prepare(self, ctx: AttemptContext) -> None:
         user_dir = self.user_gemini_dir()
-        try:
-            user_settings = json.loads(read_user_config(user_dir / "settings.json"))
-        except (OSError, ValueError):
-            user_settings = {}
         path = self.settings_path(ctx)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.runtime_settings(ctx, _dict(user_settings)), indent=2) + "\n")
+        write_private(path, json.dumps(self.runtime_settings(ctx, self.user_settings()), indent=2) + "\n")
         # a Google login lives in ~/.gemini: link it (token refreshes then reach the user's copy)
-        if user_dir.resolve() == path.parent.resolve():
-            return
-        for name in _CREDENTIAL_FILES:
-            src, dst = user_dir / name, path.parent / name
-            if src.is_file() and not (dst.exists() or dst.is_symlink()):
-                try:
-                    dst.symlink_to(src)
-                except OSError:
-                    pass
+        link_user_files(user_dir, path.parent, _LINKED_USER_FILES)
+
+    def setup(self, user_mcp: bool = True) -> Setup:
+        path = self.user_gemini_dir() / "settings.json"
+        files = (str(path),) if path.is_file() else ()
+        settings = self.user_settings()
+        servers = sorted(str(k) for k in _dict(settings.get("mcpServers")) if k != "ask_human")
+        raw = settings.get("model")
+        model = os.environ.get("GEMINI_MODEL") or (_dict(raw).get("name") if isinstance(raw, dict) else raw)
+        notes = () if user_mcp else ("mcp = fleet-only: the user's MCP servers are off",)
+        shown = str(model) if isinstance(model, str) and model else "Gemini CLI's default"
+        return Setup(files, (*(servers if user_mcp else []), "ask_human"), shown, notes)
 
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None

@@ -4,9 +4,9 @@ Why this module exists: OpenCode's headless output has its own shape (FORMATS.md
 no init event, no final result event, tool calls reported only once finished, usage and cost per
 LLM step (``step_finish``), and errors as ``{"type":"error","error":{"name","data":{...}}}``.
 This module is the only place that knows that, plus how to give each run its own configuration
-without touching the user's: an ``OPENCODE_CONFIG`` file and ``XDG_*`` directories under the
-attempt directory (permissions for unattended runs, the ``ask_human`` MCP server, an optional
-provider base URL for tests).
+on top of the user's own: an ``OPENCODE_CONFIG`` file (permissions for unattended runs, the
+``ask_human`` MCP server) that OpenCode merges over the user's config, and per-run data, state
+and cache directories under the attempt directory.
 
 Two behaviours the engine must cover, because nothing on stdout reveals them:
 
@@ -30,13 +30,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer
+from fleet_tui.coders.base import (
+    AttemptContext,
+    BaseCoder,
+    BaseNormalizer,
+    Setup,
+    link_user_files,
+    read_text,
+    write_private,
+)
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
 
-__all__ = ["BASE_URL_ENV", "OpenCodeCoder", "OpenCodeNormalizer"]
-
-#: When set (tests), the anthropic provider's ``options.baseURL`` in the per-run config.
-BASE_URL_ENV = "FLEET_OPENCODE_ANTHROPIC_BASE_URL"
+__all__ = ["OpenCodeCoder", "OpenCodeNormalizer"]
 
 #: Step-finish reasons that mean "the model wants the tool results": the run goes on.
 _CONTINUE_REASONS = frozenset({"tool-calls", "tool_calls", "tool-use"})
@@ -274,7 +279,15 @@ class OpenCodeNormalizer(BaseNormalizer):
 
 
 class OpenCodeCoder(BaseCoder):
-    """``opencode run --format json`` with a per-run config file and per-run XDG directories.
+    """``opencode run --format json`` with the prompt on stdin and a per-run config layered on top.
+
+    OpenCode loads the user's config itself (``~/.config/opencode/opencode.json``, the project's
+    ``opencode.json``, agents, commands, plugins, providers, default model, MCP servers) and
+    merges the file named by ``OPENCODE_CONFIG`` over it: that per-run file (0600) only adds
+    what an unattended run needs, the permissions and fleet's ``ask_human`` server (with
+    ``mcp = "fleet-only"`` it also disables each of the user's servers). Data, state and cache go
+    to per-run ``XDG_*`` directories so sessions never land in the user's home; the user's
+    ``opencode auth login`` credentials are linked in.
 
     No ``--auto`` flag: the per-run config's ``permission`` block allows edits and shell, which
     works on versions before and after ``--auto`` existed. The engine's inactivity timeout is
@@ -296,18 +309,22 @@ class OpenCodeCoder(BaseCoder):
     def xdg_dirs(ctx: AttemptContext) -> dict[str, Path]:
         base = ctx.attempt_dir / "opencode" / "xdg"
         return {
-            "XDG_CONFIG_HOME": base / "config",
             "XDG_DATA_HOME": base / "data",
             "XDG_STATE_HOME": base / "state",
             "XDG_CACHE_HOME": base / "cache",
         }
 
     def argv(self, ctx: AttemptContext) -> list[str]:
+        # the prompt comes on stdin (opencode run appends piped stdin to the message): no ARG_MAX
+        # limit, and it never shows in ps
         cmd = ["opencode", "run", "--format", "json"]
         if ctx.model:
             cmd += ["--model", ctx.model]
-        cmd += ["--dir", str(ctx.workdir), "--", ctx.prompt]
+        cmd += ["--dir", str(ctx.workdir)]
         return cmd
+
+    def stdin(self, ctx: AttemptContext) -> bytes | None:
+        return ctx.prompt.encode("utf-8")
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         env = {k: str(v) for k, v in self.xdg_dirs(ctx).items()}
@@ -321,6 +338,43 @@ class OpenCodeCoder(BaseCoder):
             }
         )
         return env
+
+    @staticmethod
+    def user_config_files(workdir: Path | None = None) -> list[Path]:
+        """The user's OpenCode config files that exist: global, ``$OPENCODE_CONFIG``, project."""
+        xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+        names = ("config.json", "opencode.json", "opencode.jsonc")
+        found = [Path(xdg) / "opencode" / n for n in names]
+        if os.environ.get("OPENCODE_CONFIG"):
+            found.append(Path(os.environ["OPENCODE_CONFIG"]))
+        if workdir is not None:
+            for d in [workdir, *workdir.parents]:
+                found += [d / n for n in ("opencode.json", "opencode.jsonc")]
+                if (d / ".git").exists():
+                    break
+        return [p for p in found if p.is_file()]
+
+    @staticmethod
+    def _load(path: Path) -> dict[str, Any]:
+        text = read_text(path)
+        if text is None:
+            return {}
+        try:
+            data = json.loads(text)
+        except ValueError:  # JSONC: drop whole-line comments, then try again
+            lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("//")]
+            try:
+                data = json.loads("\n".join(lines))
+            except ValueError:
+                return {}
+        return data if isinstance(data, dict) else {}
+
+    def user_servers(self, workdir: Path | None = None) -> list[str]:
+        names: set[str] = set()
+        for p in self.user_config_files(workdir):
+            names.update(str(k) for k in _dict(self._load(p).get("mcp")))
+        names.discard("ask_human")
+        return sorted(names)
 
     def runtime_config(self, ctx: AttemptContext) -> dict[str, Any]:
         """The per-run OpenCode config (written to ``OPENCODE_CONFIG`` by ``prepare``)."""
@@ -337,27 +391,26 @@ class OpenCodeCoder(BaseCoder):
                 "doom_loop": "allow",
             },
         }
+        mcp: dict[str, Any] = {}
+        if not ctx.user_mcp:
+            mcp.update({name: {"enabled": False} for name in self.user_servers(ctx.workdir)})
         if ctx.mcp_command:
-            cfg["mcp"] = {
-                "ask_human": {
-                    "type": "local",
-                    "command": list(ctx.mcp_command),
-                    "environment": dict(ctx.mcp_env),
-                    "enabled": True,
-                    "timeout": 30000,  # time allowed to list the tools, not a call timeout
-                }
+            mcp["ask_human"] = {
+                "type": "local",
+                "command": list(ctx.mcp_command),
+                "environment": dict(ctx.mcp_env),
+                "enabled": True,
+                "timeout": 30000,  # time allowed to list the tools, not a call timeout
             }
-        base_url = os.environ.get(BASE_URL_ENV)
-        if base_url:
-            cfg["provider"] = {"anthropic": {"options": {"baseURL": base_url}}}
+        if mcp:
+            cfg["mcp"] = mcp
         return cfg
 
     def prepare(self, ctx: AttemptContext) -> None:
         path = self.config_path(ctx)
-        path.parent.mkdir(parents=True, exist_ok=True)
         for d in self.xdg_dirs(ctx).values():
             d.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.runtime_config(ctx), indent=2) + "\n")
+        write_private(path, json.dumps(self.runtime_config(ctx), indent=2) + "\n")
         self._link_credentials(ctx)
 
     def _link_credentials(self, ctx: AttemptContext) -> None:
@@ -367,15 +420,20 @@ class OpenCodeCoder(BaseCoder):
         logins working without copying secrets into the attempt directory.
         """
         user_data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        src = Path(user_data) / "opencode" / "auth.json"
-        dst = self.xdg_dirs(ctx)["XDG_DATA_HOME"] / "opencode" / "auth.json"
-        if not src.is_file() or dst.exists() or dst.is_symlink():
-            return
-        try:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.symlink_to(src)
-        except OSError:
-            pass
+        link_user_files(
+            Path(user_data) / "opencode", self.xdg_dirs(ctx)["XDG_DATA_HOME"] / "opencode", ("auth.json",)
+        )
+
+    def setup(self, user_mcp: bool = True) -> Setup:
+        files = self.user_config_files(Path.cwd())
+        model: str | None = None
+        for p in files:
+            m = self._load(p).get("model")
+            if isinstance(m, str) and m:
+                model = m  # later files win, as in OpenCode's own merge
+        servers = self.user_servers(Path.cwd()) if user_mcp else []
+        notes = () if user_mcp else ("mcp = fleet-only: the user's MCP servers are disabled",)
+        return Setup(tuple(map(str, files)), (*servers, "ask_human"), model or "OpenCode's default", notes)
 
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None

@@ -483,6 +483,18 @@ class Sim:
         self.tool("Bash", {"command": f"sleep {s:g}", "description": "Wait"}, run)
         self.done.append(f"slept {s:g}s")
 
+    def do_repeat(self, a: Action) -> None:
+        n, cmd = int(a.num(None, 5)), a.param("command", "npm test")
+        for _ in range(n):  # the very same call, the very same failure: a stuck agent
+            self.tool(
+                "Bash",
+                {"command": cmd, "description": "Run the tests"},
+                lambda: ("1 failing\nError: expected 200, got 500", True, None),
+                text="The test still fails; let me run it again.",
+            )
+            self.pause()
+        self.done.append(f"ran {cmd!r} {n} times")
+
     def do_wait_file(self, a: Action) -> None:
         timeout = a.num("timeout", 300.0)
 

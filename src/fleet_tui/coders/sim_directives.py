@@ -43,6 +43,8 @@ Actions:
   ask=QUESTION [options=A,B]   call mcp__ask_human__ask_human via $FLEET_MCP_COMMAND; without
                          it the tool result is an error and the run goes on
   sleep=S                a Bash `sleep S` tool call that really sleeps
+  repeat=N [command=CMD] N identical Bash tool calls of CMD (default "npm test"), each failing the
+                         same way: an agent stuck in a loop
   wait-file=PATH [timeout=S]   a tool call that blocks until PATH exists (default timeout 300)
   escape=PIDFILE [seconds=S]   start a grandchild in its own session (setsid) that sleeps S
                          (default 300); its pid is written to PIDFILE (atomically)
@@ -90,6 +92,7 @@ ACTIONS = {
     "edit",
     "ask",
     "sleep",
+    "repeat",
     "wait-file",
     "escape",
     "api-retry",
@@ -105,7 +108,7 @@ ACTIONS = {
     "burst",
     "stderr",
 }
-PARAMS = {"text", "old", "new", "all", "options", "seconds", "timeout", "retries", "status"}
+PARAMS = {"text", "old", "new", "all", "options", "seconds", "timeout", "retries", "status", "command"}
 TERMINAL = {"rate-limit", "fail", "exit", "crash", "false-completion"}  # nothing runs after these
 NO_CALL = {"burst", "garbage", "invalid-utf8", "stderr", "api-retry", "rate-warning", "crash"}
 

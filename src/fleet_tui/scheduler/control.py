@@ -26,6 +26,7 @@ from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.model import Attempt, Event, Task, TaskSpec, Transition
 from fleet_tui.scheduler.states import ACTIVE, PARKED, IllegalTransition, TaskStatus
 from fleet_tui.scheduler.store import Store, StoreError
+from fleet_tui.scheduler.storeclock import StoreClock
 
 RUNNING_LIKE = frozenset({TaskStatus.RUNNING, TaskStatus.VERIFYING})
 
@@ -66,7 +67,9 @@ class Controller:
     ) -> None:
         self.store = store
         self.actor = actor
-        self.clock = clock
+        # the real clock means the store's (PostgreSQL's server clock: storeclock.py); a clock
+        # given by a caller (a test's) is used as it is
+        self.clock = StoreClock(store) if clock is time.time else clock
         self.ccfg = cfg or ControlConfig()
 
     # -- helpers ------------------------------------------------------------------------------
@@ -295,6 +298,13 @@ class Controller:
     async def transitions(self, ref: str) -> list[Transition]:
         task = await anyio.to_thread.run_sync(self.find, ref)
         return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
+
+    async def pull_request(self, ref: str) -> str | None:
+        """The task's pull request in one line (``PR #12 open, checks passing · URL``), or None."""
+        from fleet_tui.scheduler.pullrequest import summary
+
+        task = await anyio.to_thread.run_sync(self.find, ref)
+        return None if task is None else await anyio.to_thread.run_sync(summary, self.store, task)
 
     async def diff(self, ref: str) -> str:
         from fleet_tui.scheduler.launch import task_diff

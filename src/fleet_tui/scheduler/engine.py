@@ -9,7 +9,9 @@ the store cheaply for changes made by other processes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import time
@@ -21,9 +23,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from fleet_tui import __version__
+from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
+from fleet_tui.scheduler import prwatch
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
@@ -40,13 +43,18 @@ from fleet_tui.scheduler.model import (
     Task,
     TaskSpec,
 )
+from fleet_tui.scheduler.outage import Resilient, store_error_of
 from fleet_tui.scheduler.outcome import Policy
+from fleet_tui.scheduler.owned import reap_stale
 from fleet_tui.scheduler.runner import AttemptRunner, RunLimits, ShimPool, write_lease
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store import Store
+from fleet_tui.scheduler.storeclock import StoreClock
 from fleet_tui.scheduler.verify import AgentReviewer
 from fleet_tui.scheduler.view import build_snapshot, midnight
+
+log = logging.getLogger("fleet_tui.engine")
 
 #: gate reasons that clear by themselves as agents finish
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
@@ -69,6 +77,8 @@ class Running:
         #: what the task's earlier attempts spent: budgets and usage cover the whole task
         self.base_cost = 0.0
         self.base_tokens = 0
+        #: the agent ended and its verifiers run (finish.py)
+        self.verifying = False
 
 
 class Engine(Controller):
@@ -89,12 +99,23 @@ class Engine(Controller):
         self.cfg = config or Config()
         self.host = host or hostname()
         self.owner = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.bus = Bus()
+        # store outages are waited out (outage.py); a shorter SQLite busy timeout lets the engine
+        # say what it waits for instead of hanging silently in a lock
+        tune = getattr(store, "set_busy_timeout", None)
+        if tune is not None:
+            tune(10_000)
+        self.resilient = Resilient(store, self._store_notice)
         super().__init__(
-            store, actor=self.owner, clock=clock, cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s)
+            self.resilient,
+            actor=self.owner,
+            clock=clock,
+            cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s),
         )
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
-        self.bus = Bus()
+        self._hb_ok_at = time.time()  # the last heartbeat the store accepted (wall clock)
+        self._hb_busy = False
         self.series = SeriesCollector(self.host)
         self.runners: dict[str, Running] = {}
         self.mem = MemoryModel()
@@ -121,6 +142,14 @@ class Engine(Controller):
         self._write_results: dict[tuple[str, int], bool] = {}
         #: settings given on the command line win over config.toml, also after a hot reload
         self.overrides: dict[str, Any] = {}
+
+    def _store_notice(self, text: str) -> None:
+        """A store outage notice, from a worker thread (or the loop's own)."""
+        events = [EngineEvent(kind="notice", text=text)]
+        try:
+            anyio.from_thread.run_sync(self.bus.publish, events)
+        except RuntimeError:
+            self.bus.publish(events)
 
     # -- the boundary -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -162,26 +191,46 @@ class Engine(Controller):
                 outer.start_soon(self._lease_loop)
                 outer.start_soon(self._writer_loop)
                 outer.start_soon(self._command_loop)
+                outer.start_soon(prwatch.watch, self)  # pull request state, issue comments
+                outer.start_soon(notify.watch, self)  # notifications and the loop guard (notify/)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg
+                    await anyio.to_thread.run_sync(reap_stale, self.home)
                     await self._adopt_orphans()
                     await self._sweep_worktrees()
                     self._started.set()
                     await self._schedule_loop(until_idle)
                     if self._leave_running:
                         await self._hand_over()
+                        for r in list(self.runners.values()):
+                            if r.verifying:  # a verifier is no agent: it stops with its engine
+                                r.runner.stop("shutdown")
                         rtg.cancel_scope.cancel()
                     else:
                         for r in list(self.runners.values()):
                             r.runner.stop("shutdown")
                 outer.cancel_scope.cancel()
+        except Exception as e:
+            err = store_error_of(e)
+            with anyio.CancelScope(shield=True):
+                await notify.engine_failed(self, err or e)
+            if err is not None and err is not e:
+                raise err from None  # one clear store error, not a group of tracebacks
+            raise
         finally:
             with anyio.CancelScope(shield=True):
+                if self.resilient.down_since is not None:
+                    self.resilient.giving_up.set()  # never hold the exit waiting on the store
                 if self.shim_pool is not None:
                     await anyio.to_thread.run_sync(self.shim_pool.close)
-                if self._leave_running or not self._stopping:
-                    await self._hand_over()
-                await anyio.to_thread.run_sync(self.store.unregister_engine, self.owner, self.clock())
+                try:
+                    if self._leave_running or not self._stopping:
+                        await self._hand_over()
+                    await anyio.to_thread.run_sync(
+                        self.resilient.call_once, "unregister_engine", self.owner, self.clock()
+                    )
+                except Exception as e:  # best effort: it must not hide why the engine stopped
+                    log.warning("could not record this engine's stop in the store: %s", e)
                 self.bus.close()
 
     async def shutdown(self, leave_running: bool) -> None:
@@ -200,6 +249,8 @@ class Engine(Controller):
         with anyio.move_on_after(self.cfg.kill_grace_s + 15):
             while self.runners:
                 await next(iter(self.runners.values())).done.wait()
+        if self.runners and self.resilient.down_since is not None:
+            self.resilient.giving_up.set()  # the store is down: what is left is adopted later
 
     async def _hand_over(self) -> None:
         """Keep the leases of running agents alive long enough for a later engine to adopt them."""
@@ -364,6 +415,22 @@ class Engine(Controller):
             if new is not None:
                 await cascade(self, new)
             return
+        except OSError as e:  # a full disk, say: not the task's fault; back to the queue for later
+            why = f"could not prepare the attempt ({e}); trying again in a minute"
+            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: {why}")])
+            new = await anyio.to_thread.run_sync(
+                lambda: self.store.transition(
+                    task.id,
+                    TaskStatus.QUEUED,
+                    reason=why,
+                    now=self.clock(),
+                    owner=self.owner,
+                    attempt=task.attempt,
+                    not_before=self.clock() + 60.0,
+                )
+            )
+            self.publish_task(new)
+            return
         assert self._tg is not None
         self._launch_runner(task, launch)
 
@@ -523,7 +590,13 @@ class Engine(Controller):
         try:
             result = await r.runner.run()
             await finish_attempt(self, r, result)
+        except Exception as e:  # one task's bad ending must not take the engine down
+            log.exception("finishing %s failed", task.name)
+            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: finishing failed: {e!r}")])
         finally:
+            if not r.runner.shim_alive():  # let go of the attempt: its lease ends now (wtmark.py)
+                with contextlib.suppress(OSError):
+                    write_lease(r.dir, 0.0)
             self.runners.pop(task.id, None)
             r.done.set()
             self.wake()
@@ -552,23 +625,54 @@ class Engine(Controller):
     async def _lease_loop(self) -> None:
         """Keep the shims' lease files and the store's leases alive, on a wall-clock timer of its
         own: slow housekeeping (snapshots, memory readings) must never let an agent's lease lapse,
-        or its shim stops it."""
-        while True:
-            await anyio.sleep(max(0.2, min(self.cfg.heartbeat_s, self.cfg.lease_s / 6)))
-            await self._renew_leases()
+        or its shim stops it. The heartbeat runs beside it, so a store that hangs (a lock, an
+        outage) does not stop the lease files; those never reach further than half a lease past
+        the last heartbeat the store accepted, so an agent stops before its task can be taken."""
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.sleep(max(0.2, min(self.cfg.heartbeat_s, self.cfg.lease_s / 6)))
+                self._write_lease_files()
+                if not self._hb_busy:
+                    self._hb_busy = True
+                    tg.start_soon(self._heartbeat)
 
-    async def _renew_leases(self) -> None:
-        # the lease files first (the shims read them against real time), then the store
-        deadline = time.time() + self.cfg.lease_s / 2
+    def _write_lease_files(self) -> None:
+        # half a lease ahead (the shims' clock), but never so far past the last heartbeat the store
+        # accepted that the agent could outlive its lease there (it needs the grace to stop)
+        c = self.cfg
+        bound = max(c.lease_s / 2, c.lease_s - c.kill_grace_s - 0.5)
+        deadline = min(time.time() + c.lease_s / 2, self._hb_ok_at + bound)
         for r in list(self.runners.values()):
             try:
                 write_lease(r.dir, deadline)
             except OSError as e:
                 self.bus.publish([EngineEvent(kind="notice", text=f"cannot renew a lease: {e}")])
-        await anyio.to_thread.run_sync(self.store.heartbeat, self.owner, self.clock(), self.cfg.lease_s)
+
+    async def _heartbeat(self) -> None:
+        started = time.time()
+        try:
+            await anyio.to_thread.run_sync(
+                self.resilient.call_once, "heartbeat", self.owner, self.clock(), self.cfg.lease_s
+            )
+            self._hb_ok_at = started
+        except Exception as e:
+            from fleet_tui.scheduler.outage import is_transient
+
+            if not is_transient(e):
+                raise
+        finally:
+            self._hb_busy = False
+
+    async def _renew_leases(self) -> None:
+        # the store first (its answer bounds the lease files), then the files
+        await self._heartbeat()
+        self._write_lease_files()
 
     async def _tick_housekeeping(self, first: bool = False) -> None:
         self._hk_n = getattr(self, "_hk_n", 0) + 1
+        check = getattr(self.resilient.inner, "check_file", None)
+        if check is not None:  # the database file deleted or replaced under us: stop (StoreError)
+            await anyio.to_thread.run_sync(check)
         if self._watcher is not None and not first:
             new_cfg, err = await anyio.to_thread.run_sync(self._watcher.poll)
             if new_cfg is not None:
@@ -577,6 +681,8 @@ class Engine(Controller):
                 self.wake()
             elif err:
                 self.bus.publish([EngineEvent(kind="notice", text=f"config not reloaded: {err}")])
+        if isinstance(self.clock, StoreClock) and self._hk_n % 30 == 0:
+            await anyio.to_thread.run_sync(self.clock.refresh)
         if first:
             await self._renew_leases()
         elif self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0:
@@ -731,11 +837,16 @@ class Engine(Controller):
     async def _sweep_worktrees(self) -> None:
         """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""
         from fleet_tui.scheduler import worktree as wt
+        from fleet_tui.scheduler import wtmark
 
         def keep(name: str) -> bool:
             # read at decision time: another engine may have added and started it meanwhile
             t = self.store.get_task(name)
-            return t is not None and t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED)
+            if t is not None and t.status not in (TaskStatus.DONE, TaskStatus.CANCELLED):
+                return True
+            # a live attempt of another store (another engine on this home may use another one)
+            other = wtmark.live_attempt(self.home, name)
+            return other is not None and other != getattr(self.store, "url", None)
 
         try:
             report = await anyio.to_thread.run_sync(wt.sweep, self.home / "worktrees", keep)

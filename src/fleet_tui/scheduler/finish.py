@@ -19,7 +19,7 @@ from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.control import cascade_failure
 from fleet_tui.scheduler.evidence import nothing_done
 from fleet_tui.scheduler.model import EngineEvent, Event, Task
-from fleet_tui.scheduler.outcome import after_verify, decide
+from fleet_tui.scheduler.outcome import Verdict, after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult
 from fleet_tui.scheduler.sandbox_policy import verifier_wrap
 from fleet_tui.scheduler.states import PARKED, TaskStatus
@@ -65,7 +65,15 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             await anyio.to_thread.run_sync(commit_leftovers, engine, task)
         except Exception as e:
             engine.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
+    if res.exit_reason == "crashed":  # the shim died: what it hosted must die before a retry
+        from fleet_tui.scheduler.owned import reap_attempt
+
+        await anyio.to_thread.run_sync(reap_attempt, r.dir)
     v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0), r.base_cost)
+    if task.status == TaskStatus.VERIFYING and res.stop_reason is None:
+        # adopted mid-verification: its engine had judged the agent's run a success (the output
+        # it read is not read again), so only the verification is left to do
+        v = Verdict(TaskStatus.VERIFYING, None, verify=True, outcome="success")
     if v.crashed:  # crashes use no retry, so a task that always crashes must not loop forever
         earlier = await anyio.to_thread.run_sync(engine.store.attempts, task.id)
         streak = 1
@@ -95,16 +103,19 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         engine._rl_strikes.pop(r.account, None)
     verify_out = None
     if v.verify:
-        moved = await anyio.to_thread.run_sync(
-            lambda: engine.store.transition(
-                task.id,
-                TaskStatus.VERIFYING,
-                reason=None,
-                now=engine.clock(),
-                owner=engine.owner,
-                attempt=task.attempt,
+        if task.status == TaskStatus.VERIFYING:
+            moved: Task | None = task  # adopted mid-verification (its engine died): verify again
+        else:
+            moved = await anyio.to_thread.run_sync(
+                lambda: engine.store.transition(
+                    task.id,
+                    TaskStatus.VERIFYING,
+                    reason=None,
+                    now=engine.clock(),
+                    owner=engine.owner,
+                    attempt=task.attempt,
+                )
             )
-        )
         if moved is None:
             return
         engine.publish_task(moved)
@@ -118,45 +129,59 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             return nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
 
         did_nothing = await anyio.to_thread.run_sync(judge)
+        stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
+        if reviewer is not None:
+            reviewer.cancel = stop  # type: ignore[attr-defined]
         wrap = verifier_wrap(engine.home, engine.cfg.sandbox, task, workdir)
+        r.verifying = True
         vr = await anyio.to_thread.run_sync(
-            lambda: run_verifiers(task.spec.verify, workdir, reviewer=reviewer, wrap=wrap)
-        )
-        # a review is part of the task's cost (and of today's spend, through the attempt record)
-        review_cost = float(getattr(reviewer, "cost_usd", 0.0) or 0.0)
-        review_tokens = int(getattr(reviewer, "tokens", 0) or 0)
-        att_fields["cost_usd"] += review_cost
-        att_fields["tokens"] += review_tokens
-        verify_out = vr.output or None
-        if vr.output:
-            await engine._sink(
-                task.id,
-                task.attempt,
-                [
-                    Event(
-                        task_id=task.id,
-                        attempt=task.attempt,
-                        seq=r.runner.normalizer_seq(),
-                        ts=engine.clock(),
-                        kind="verify",
-                        text=vr.output,
-                        is_error=not vr.passed,
-                    )
-                ],
-                r.runner.offset,
+            lambda: run_verifiers(
+                task.spec.verify, workdir, reviewer=reviewer, wrap=wrap, cancel=stop, home=engine.home
             )
-        v = after_verify(
-            moved,
-            vr.passed,
-            getattr(vr, "reason", None) or vr.label,
-            res.outcome.claimed_success or res.exit_code == 0,
-            engine.policy(),
-            engine.clock(),
-            nothing_done=did_nothing,
         )
-        task = moved
-        att_fields["outcome"] = v.outcome
-        att_fields["verify_output"] = verify_out
+        r.verifying = False
+        # a review is part of the task's cost (and of today's spend, through the attempt record)
+        att_fields["cost_usd"] += float(getattr(reviewer, "cost_usd", 0.0) or 0.0)
+        att_fields["tokens"] += int(getattr(reviewer, "tokens", 0) or 0)
+        if r.runner.stop_reason is not None:
+            # stopped during verification: the stop decides, not the (interrupted) verifiers
+            v = decide(moved, replace(res, stop_reason=r.runner.stop_reason), engine.policy(), now)
+            if r.runner.stop_reason == "shutdown" or v.status is None:
+                return  # left verifying: the engine that adopts it verifies again
+            att_fields["outcome"] = v.outcome
+            att_fields["detail"] = r.runner.stop_reason
+            task = moved
+        else:
+            verify_out = vr.output or None
+            if vr.output:
+                await engine._sink(
+                    task.id,
+                    task.attempt,
+                    [
+                        Event(
+                            task_id=task.id,
+                            attempt=task.attempt,
+                            seq=r.runner.normalizer_seq(),
+                            ts=engine.clock(),
+                            kind="verify",
+                            text=vr.output,
+                            is_error=not vr.passed,
+                        )
+                    ],
+                    r.runner.offset,
+                )
+            v = after_verify(
+                moved,
+                vr.passed,
+                getattr(vr, "reason", None) or vr.label,
+                res.outcome.claimed_success or res.exit_code == 0,
+                engine.policy(),
+                engine.clock(),
+                nothing_done=did_nothing,
+            )
+            task = moved
+            att_fields["outcome"] = v.outcome
+            att_fields["verify_output"] = verify_out
     kept = await anyio.to_thread.run_sync(
         lambda: engine.store.update_attempt(task.id, task.attempt, owner=engine.owner, **att_fields)
     )

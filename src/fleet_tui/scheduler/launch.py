@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.mcp_ask_human import server_launch
 from fleet_tui.scheduler.model import Attempt, Task
 from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.runner import read_json, spawn_shim
@@ -98,6 +98,19 @@ def _exclude_patterns(repo: Path, home: Path) -> list[str]:
     return patterns
 
 
+def _repo_holding_home(cwd: Path, home: Path) -> Path | None:
+    """The git checkout around ``cwd`` when the fleet home lies inside it (else None); found by
+    looking for ``.git`` upwards, without starting git (this runs for every in-place attempt)."""
+    try:
+        here, home_r = cwd.resolve(), Path(home).resolve()
+    except OSError:
+        return None
+    for d in (here, *here.parents):
+        if (d / ".git").exists():
+            return d if home_r == d or d in home_r.parents else None
+    return None
+
+
 def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     """Where the attempt runs: the task's cwd (no ``git_ref``), else its worktree, made ready.
 
@@ -110,6 +123,14 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
     if not cwd.is_dir():
         raise LaunchError(f"cwd {cwd} does not exist (fix the task's cwd, then retry)")
     if not task.spec.git_ref:
+        repo = _repo_holding_home(cwd, engine.home)
+        if repo is not None:
+            raise LaunchError(
+                f"the fleet home {engine.home} is inside the git repository {repo} that this task "
+                "works in in place: its git commands (git clean -fdx, git stash -u, ...) could delete "
+                "the queue. Move the home out of the repository (--home or FLEET_HOME), or give the "
+                "task a git_ref so it runs in a worktree of its own"
+            )
         return cwd, None
     info = load_worktree(engine.home, task.id)
     marker = task_dir(engine.home, task.id) / "setup.ok"
@@ -129,7 +150,7 @@ def _workdir(engine: Engine, task: Task) -> tuple[Path, str | None]:
         marker.unlink(missing_ok=True)  # a new checkout: its setup has not run yet
     setup = task.spec.setup or engine.cfg.worktree_setup
     if setup and not marker.exists():
-        res = wt.run_setup(info, setup, timeout_s=600)
+        res = wt.run_setup(info, setup, timeout_s=600, home=engine.home)
         if not res.ok:
             raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
         marker.write_text(str(info.path))
@@ -212,16 +233,14 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     )
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
+    if branch is not None:  # other engines on this home (other stores) must leave it alone
+        from fleet_tui.scheduler import wtmark
+
+        wtmark.mark(engine.home, workdir.name, getattr(store, "url", ""), task.id, adir)
     (adir / "prompt.txt").write_text(prompt)
-    store_url = getattr(store, "url", "")
-    mcp_env = {
-        "FLEET_HOME": str(engine.home),
-        "FLEET_STORE": store_url,
-        "FLEET_TASK_ID": task.id,
-        "FLEET_ATTEMPT": str(task.attempt),
-        "FLEET_QUESTION_TIMEOUT_S": str(engine.cfg.question_timeout_min * 60),
-    }
-    mcp_command: tuple[str, ...] = (sys.executable, "-m", "fleet_tui", "mcp-ask-human")
+    mcp_command, mcp_env = server_launch(
+        store, engine.home, task.id, task.attempt, engine.cfg.question_timeout_min * 60, adir
+    )
     sandboxed = sandbox_mode != "none"
     ctx = AttemptContext(
         task=task,
@@ -234,6 +253,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         # sandboxed, the agent starts a relay to the sandbox's broker, which runs the real server
         mcp_command=sandbox.mcp_relay_command() if sandboxed else mcp_command,
         mcp_env={} if sandboxed else mcp_env,
+        user_mcp=engine.cfg.mcp == "inherit",
     )
     try:
         coder.prepare(ctx)
@@ -243,7 +263,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     except (ValueError, OSError) as e:
         raise LaunchError(f"{name}: {e}") from e
     env = dict(os.environ)
-    for k in ("FLEET_PROMPT",):
+    for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
         env.pop(k, None)
     env.update(
         {
@@ -350,6 +370,10 @@ async def adopt(engine: Engine, t: Task) -> None:
             engine.publish_task(new)
             engine._launch_runner(new, launch, adopted=True)
             return
+        # a dead shim without an exit record: its agent may still run (ppid 1); it dies first
+        from fleet_tui.scheduler.owned import reap_attempt
+
+        await anyio.to_thread.run_sync(reap_attempt, adir)
         t = new
     elif not same_host or att is None or info is None:
         # a remote (or never-started) attempt: reclaim only once its lease expired
@@ -423,6 +447,11 @@ def after_done(engine: Engine, task: Task) -> None:
     try:
         if info.path.exists():
             wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
+        if task.spec.merge == "pr":  # push + pull request (pullrequest.py); failures park the task
+            from fleet_tui.scheduler.pullrequest import publish
+
+            _publish(engine, publish(engine, task, info).task)
+            return
         if task.spec.merge != "auto":
             return
         res = _merge_sync(engine, task, info)
@@ -507,7 +536,8 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
     if task is None:
         return CommandResult(False, f"no task {ref!r}")
     if task.status != TaskStatus.DONE and not (
-        task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("merge_conflict")
+        task.status == TaskStatus.NEEDS_HUMAN
+        and (task.reason or "").startswith(("merge_conflict", "push_rejected", "pull_request_failed"))
     ):
         return CommandResult(False, f"{task.name} is {task.status.value}: only done tasks merge")
     info = load_worktree(engine.home, task.id)
@@ -515,6 +545,10 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
         return CommandResult(
             False, f"{task.name} ran without git_ref (in place): there is no branch to merge"
         )
+    if task.spec.merge == "pr":  # merge = "pr": (re)push and open/update the pull request
+        from fleet_tui.scheduler.pullrequest import publish
+
+        return await anyio.to_thread.run_sync(lambda: publish(engine, task, info))
     return await anyio.to_thread.run_sync(lambda: _merge_sync(engine, task, info))
 
 

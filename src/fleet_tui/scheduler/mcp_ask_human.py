@@ -29,19 +29,29 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import anyio
 import anyio.to_thread
 
-from fleet_tui.scheduler import inbox
+from fleet_tui.scheduler import inbox, mcp_stdio
+from fleet_tui.scheduler.mcp_stdio import (
+    FREE_TEXT_DESCRIPTION,
+    INSTRUCTIONS,
+    OPTIONS_DESCRIPTION,
+    QUESTION_DESCRIPTION,
+    SERVER_NAME,
+    TOOL_DESCRIPTION,
+    TOOL_NAME,
+    TOOL_TITLE,
+)
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store import Store, StoreError, open_store
 
 log = logging.getLogger("fleet_tui.mcp_ask_human")
 
-SERVER_NAME = "ask_human"
-TOOL_NAME = "ask_human"
 #: how often the store is read while waiting for an answer
 POLL_S = 0.25
 #: how often the task's state is checked (a stopped task cancels its question)
@@ -52,24 +62,6 @@ PROGRESS_S = 15.0
 DEFAULT_TIMEOUT_S = 3600.0
 
 REQUIRED_ENV = ("FLEET_TASK_ID", "FLEET_ATTEMPT")
-
-TOOL_DESCRIPTION = """Ask the person supervising this run a question and wait for the answer.
-
-Use it only when you cannot go on well without a person: a decision that is theirs to make and
-that you cannot infer from the task, the code or the docs (a product choice, a license, which of
-several incompatible approaches); an action that needs a human, such as logging in, solving a
-captcha, or a one-time code / 2FA prompt; or permission for something risky or irreversible.
-Do not use it for things you can find out yourself, and do not ask for confirmation of routine
-steps.
-
-Never ask the person to type a password, token or other credential into the answer, and never
-type credentials yourself: ask them to complete the login themselves, then tell you when done.
-
-Put everything needed to decide in `question` (what you found, what you propose); give `options`
-when the answer is a choice (the person must pick one; set `allow_free_text` when other answers
-are fine too). The call blocks until someone answers, then returns their answer
-as text. If nobody answers in time it returns a "no answer" message: then proceed with your best
-judgement only if that is safe and reversible, otherwise stop and explain what you need."""
 
 
 def no_answer_text(timeout_s: float) -> str:
@@ -149,6 +141,61 @@ def load_env(environ: Mapping[str, str]) -> AskEnv | str:
         attempt=attempt,
         timeout_s=timeout,
     )
+
+
+def _store_secrets(store: Store) -> tuple[str | None, str | None]:
+    """(password, passfile) of a PostgreSQL store's connection URL; (None, None) for SQLite.
+
+    ``store.url`` is the display URL, without them; the full connection string stays inside the
+    store object (``_conninfo``).
+    """
+    conninfo = getattr(store, "_conninfo", None)
+    if not isinstance(conninfo, str) or not conninfo.startswith(("postgresql://", "postgres://")):
+        return None, None
+    parts = urlsplit(conninfo)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    password = unquote(parts.password) if parts.password else query.get("password") or None
+    return password, query.get("passfile") or None
+
+
+def _pgpass_line(password: str) -> str:
+    """A ~/.pgpass line matching any host, port, database and user (this file serves one store)."""
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    return f"*:*:*:*:{escaped}\n"
+
+
+def server_launch(
+    store: Store, home: Path, task_id: str, attempt: int, timeout_s: float, attempt_dir: Path
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The argv and environment that start ``ask_human`` for one attempt.
+
+    The argv is the lean stdio entry point (``mcp_stdio.command()``), which answers the handshake
+    at once and runs the SDK server behind it. The environment names the store without its
+    password: a password from the store URL goes into ``<attempt_dir>/pgpass`` (mode 0600, as
+    libpq requires) and the server gets ``PGPASSFILE`` pointing at it, so the password is on no
+    command line, in no per-run CLI config and in no file other users can read. A ``passfile=``
+    of the URL is passed on the same way; without either, libpq's own ``PGPASSFILE`` /
+    ``~/.pgpass`` apply as usual.
+    """
+    env = {
+        "FLEET_HOME": str(home),
+        "FLEET_STORE": getattr(store, "url", "") or "",
+        "FLEET_TASK_ID": task_id,
+        "FLEET_ATTEMPT": str(attempt),
+        "FLEET_QUESTION_TIMEOUT_S": str(timeout_s),
+    }
+    password, passfile = _store_secrets(store)
+    if password:
+        path = attempt_dir / "pgpass"
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(_pgpass_line(password))
+        env["PGPASSFILE"] = str(path)
+    elif passfile:
+        env["PGPASSFILE"] = passfile
+    return mcp_stdio.command(), env
 
 
 Progress = Callable[[float, str], Awaitable[None]]
@@ -288,17 +335,17 @@ def build_server(environ: Mapping[str, str] | None = None, **asker_kw: Any) -> A
     asker = Asker(loaded, **asker_kw) if isinstance(loaded, AskEnv) else None
     server = MCPServer(
         SERVER_NAME,
-        instructions="Ask the person supervising this fleet-tui run a question.",
+        instructions=INSTRUCTIONS,
         log_level="WARNING",
     )
 
     @server.tool(
         name=TOOL_NAME,
-        title="Ask a human",
+        title=TOOL_TITLE,
         description=TOOL_DESCRIPTION,
         structured_output=False,
         annotations=ToolAnnotations(
-            title="Ask a human",
+            title=TOOL_TITLE,
             read_only_hint=True,
             destructive_hint=False,
             idempotent_hint=False,
@@ -306,14 +353,14 @@ def build_server(environ: Mapping[str, str] | None = None, **asker_kw: Any) -> A
         ),
     )
     async def ask_human(
-        question: Annotated[str, Field(description="The question, with what the person needs to decide it.")],
+        question: Annotated[str, Field(description=QUESTION_DESCRIPTION)],
         options: Annotated[
             list[str] | None,
-            Field(description="Possible answers when it is a choice; the person must pick one of them."),
+            Field(description=OPTIONS_DESCRIPTION),
         ] = None,
         allow_free_text: Annotated[
             bool,
-            Field(description="With options: true when any other answer is fine too (they are suggestions)."),
+            Field(description=FREE_TEXT_DESCRIPTION),
         ] = False,
         ctx: Context | None = None,
     ) -> str:

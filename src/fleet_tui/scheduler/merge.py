@@ -8,9 +8,11 @@ or is mid-rebase is refused; a conflict aborts cleanly and names the files.
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
+from fleet_tui.scheduler.owned import run_owned
 from fleet_tui.scheduler.worktree import (
     MERGE_PREFIX,
     MergeResult,
@@ -25,6 +27,19 @@ from fleet_tui.scheduler.worktree import (
     _worktrees,
     _wt,
 )
+
+#: a merge (with its hooks) that runs longer is stopped, hooks and all
+MERGE_TIMEOUT_S = 600.0
+
+
+def _git_owned(cwd: Path, *args: str) -> tuple[int, str, str]:
+    """A ``git merge`` (which runs the repository's merge hooks) under a keeper (owned.py): the
+    hooks' processes die with the engine instead of running on with ppid 1."""
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_EDITOR="true", GIT_MERGE_AUTOEDIT="no")
+    r = run_owned(["git", "-C", str(cwd), *args], cwd=cwd, env=env, timeout_s=MERGE_TIMEOUT_S)
+    if r.exit_code is None:
+        return 1, "", f"git {args[0]} timed out after {MERGE_TIMEOUT_S:g}s"
+    return r.exit_code, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
 
 def _checked_out_in(repo_root: Path, branch: str) -> tuple[Path | None, str]:
@@ -88,8 +103,8 @@ def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
     tmp = info.path.parent / f"{MERGE_PREFIX}{info.path.name}-{secrets.token_hex(4)}"
     try:
         _retrying(lambda: _wt(repo, "add", "--detach", str(tmp), old))
-        status, out, err = _git(
-            tmp, *_identity(tmp), "merge", "--no-ff", "--no-verify", "-m", message, info.branch, check=False
+        status, out, err = _git_owned(
+            tmp, *_identity(tmp), "merge", "--no-ff", "--no-verify", "-m", message, info.branch
         )
         if status != 0:
             conflicts = tuple(_out(tmp, "diff", "--name-only", "--diff-filter=U").splitlines())
@@ -108,7 +123,7 @@ def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
     # The base branch is checked out (clean): move branch and files together, or not at all.
     if _rev(holder, "HEAD") != old:
         return None
-    status, out, err = _git(holder, "merge", "--ff-only", "--no-verify", "-q", new, check=False)
+    status, out, err = _git_owned(holder, "merge", "--ff-only", "--no-verify", "-q", new)
     if status != 0:
         text = (err or out).strip()
         if _rev(repo, base_ref) != old:

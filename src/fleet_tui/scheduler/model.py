@@ -82,13 +82,14 @@ class TaskSpec:
     verify: tuple[VerifySpec, ...] = ()
     budget_usd: float | None = None
     setup: str | None = None  # worktree setup command
-    merge: Literal["manual", "auto"] = "manual"
+    merge: Literal["manual", "auto", "pr"] = "manual"  # pr: push + pull request (pullrequest.py)
     env: tuple[tuple[str, str], ...] = ()
     source: str | None = None  # "file:line" the spec came from, for messages
     sandbox: str | None = None  # "bwrap" | "none"; None: the config's default (see sandbox.py)
     network: tuple[str, ...] | None = None  # sandboxed: None host network, () none, hosts allowlist
     sandbox_rw: tuple[str, ...] = ()  # extra writable paths in the sandbox (absolute)
     sandbox_ro: tuple[str, ...] = ()  # extra readable paths in the sandbox (absolute)
+    notify_done: bool = False  # send a notification when this task is done (notify/)
 
 
 @dataclass(frozen=True)
@@ -368,3 +369,14 @@ class EngineEvent:
     question: Question | None = None
     gauges: Gauges | None = None
     text: str | None = None
+
+
+@dataclass(frozen=True)
+class NotifyStats:
+    """How sending went, over the store's whole history (shown by ``doctor``)."""
+
+    sent: int = 0
+    failed: int = 0
+    sending: int = 0
+    last_failure: str | None = None
+    last_failure_at: float | None = None

@@ -105,6 +105,8 @@ def decide(
         )
     if stop == "over_budget":
         return Verdict(TaskStatus.NEEDS_HUMAN, f"over_budget: {r.stop_detail}", outcome="over_budget")
+    if stop == "looping":  # scheduler/loops.py: retrying would loop again
+        return Verdict(TaskStatus.NEEDS_HUMAN, f"looping: {r.stop_detail}", outcome="looping")
     budget = task.spec.budget_usd
     total = spent_before + (r.cost_usd or 0.0)
     if stop is None and budget is not None and r.cost_usd is not None and total > budget:

@@ -32,6 +32,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from fleet_tui.scheduler import postgres_schema as ps
+from fleet_tui.scheduler.notify_store import SQL_TABLE as NOTIFY_TABLE
+from fleet_tui.scheduler.notify_store import PgNotifications
 from fleet_tui.scheduler.store import StoreError
 
 Conn = psycopg.Connection[DictRow]
@@ -133,7 +135,7 @@ class Pool:
     close = reset
 
 
-class PgBase:
+class PgBase(PgNotifications):
     """Opening, pooling, transactions and the change marker of a PostgresStore."""
 
     def __init__(
@@ -248,6 +250,7 @@ class PgBase:
                     )
                 for v in range(current, ps.SCHEMA_VERSION):
                     conn.execute(q(ps.MIGRATIONS[v]))
+                conn.execute(q(NOTIFY_TABLE.format(real="DOUBLE PRECISION")))
                 conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', %s)"
                     " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -354,6 +357,14 @@ class PgBase:
                     self._notes += 1
             bucket = int(time.monotonic() // self._fallback_s) if self._fallback_s else 0
             return self._notes + bucket
+
+    def clock_offset(self) -> float:
+        """The server's clock minus this host's, in seconds (storeclock.py): leases and heartbeats
+        are judged by the server's clock, so hosts whose clocks differ agree on them."""
+        t0 = time.time()
+        rows = self._all("SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now")
+        t1 = time.time()
+        return float(rows[0]["now"]) - (t0 + t1) / 2
 
     def maintenance(self) -> None:
         """Nothing periodic: autovacuum keeps PostgreSQL's tables in shape."""

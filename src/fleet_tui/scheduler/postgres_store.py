@@ -382,6 +382,12 @@ RETURNING id, attempt"""
     def heartbeat(self, owner: str, now: float, lease_s: float) -> int:
         with self._tx() as tx:
             tx.execute("UPDATE engines SET heartbeat = %s WHERE owner = %s", (now, owner))
+            # the rows locked in id order first (as append_events_batch does): no deadlock
+            tx.execute(
+                "SELECT id FROM tasks WHERE owner = %s AND status IN ('running', 'verifying', 'paused')"
+                " ORDER BY id FOR UPDATE",
+                (owner,),
+            )
             return tx.execute(
                 "UPDATE tasks SET lease_until = GREATEST(COALESCE(lease_until, 0), %s) WHERE owner = %s"
                 " AND status IN ('running', 'verifying', 'paused')",
@@ -521,9 +527,17 @@ RETURNING id, attempt"""
     def append_events_batch(
         self, batches: Sequence[tuple[Sequence[Event], tuple[str, int, int]]], owner: str | None = None
     ) -> list[bool]:
-        """Several attempts' events and offsets in one transaction (each fenced on its own)."""
+        """Several attempts' events and offsets in one transaction (each fenced on its own).
+
+        Rows are locked in task id order, like ``heartbeat`` does: two transactions that lock
+        the same tasks in different orders deadlock."""
+        order = sorted(range(len(batches)), key=lambda i: (batches[i][1][0], batches[i][1][1]))
+        out = [False] * len(batches)
         with self._tx() as tx:
-            return [self._append(tx, events, offset, owner) for events, offset in batches]
+            for i in order:
+                events, offset = batches[i]
+                out[i] = self._append(tx, events, offset, owner)
+        return out
 
     @staticmethod
     def _append(

@@ -26,8 +26,8 @@ import contextlib
 import hashlib
 import json
 import os
-import signal
 import subprocess
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_code
 from fleet_tui.config import Config
 from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler.model import Task
+from fleet_tui.scheduler.owned import run_owned
 
 #: how long one review may run unless its verifier says otherwise (``timeout_min``)
 DEFAULT_TIMEOUT_S = 600.0
@@ -61,6 +62,8 @@ class Reviewer:
         #: what this task's reviews cost so far (added to the attempt's and the task's figures)
         self.cost_usd = 0.0
         self.tokens = 0
+        #: set by the engine to stop a running review (kill, cancel, shutdown)
+        self.cancel: threading.Event | None = None
 
     def coder_name(self, coder: str | None) -> str:
         """The verifier's coder, else the task's (frozen at claim, else its spec's), else the default."""
@@ -134,11 +137,15 @@ class Reviewer:
         argv = self._sandboxed(argv, impl, workdir, adir, env)
         before = _fingerprint(workdir)
         saved = _Snapshot.take(workdir) if before is not None else None
-        out, err, code, timed_out, pid = _run(argv, workdir, env, stdin, timeout_s)
+        out, err, code, timed_out, cancelled, pid = _run(
+            argv, workdir, env, stdin, timeout_s, self.home, self.cancel
+        )
         (adir / "stdout.jsonl").write_bytes(out)
         (adir / "stderr.log").write_bytes(err)
-        exit_info = {"exit_code": code, "timed_out": timed_out, "pid": pid}
+        exit_info = {"exit_code": code, "timed_out": timed_out, "cancelled": cancelled, "pid": pid}
         (adir / "exit.json").write_text(json.dumps(exit_info) + "\n")
+        if cancelled:
+            raise ReviewerError(f"the {name} reviewer was stopped (the task was stopped)")
         if timed_out:
             raise ReviewerError(f"the {name} reviewer timed out after {timeout_s:g}s (killed)")
         reply, problem, cost, tokens = _reply(impl, self.task.id, self.task.attempt, adir, out, code)
@@ -183,44 +190,35 @@ def make_reviewer(home: Path, task: Task, cfg: Config) -> Reviewer:
 
 
 def _run(
-    argv: list[str], workdir: Path, env: dict[str, str], stdin: bytes | None, timeout_s: float
-) -> tuple[bytes, bytes, int | None, bool, int]:
-    """Run in a new session; on timeout TERM then KILL the whole group.
+    argv: list[str],
+    workdir: Path,
+    env: dict[str, str],
+    stdin: bytes | None,
+    timeout_s: float,
+    home: Path | None = None,
+    cancel: threading.Event | None = None,
+) -> tuple[bytes, bytes, int | None, bool, bool, int]:
+    """Run under a keeper (owned.py): on timeout or cancel, or when the engine dies, its whole
+    process tree is stopped (TERM, grace, KILL).
 
-    Returns (stdout, stderr, exit code, timed out, pid = the process group's id)."""
+    Returns (stdout, stderr, exit code, timed out, cancelled, the process group's id)."""
     try:
-        p = subprocess.Popen(
+        r = run_owned(
             argv,
-            cwd=str(workdir),
+            cwd=workdir,
             env=env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
+            stdin=stdin,
+            timeout_s=timeout_s,
+            cancel=cancel,
+            home=home,
+            grace_s=KILL_GRACE_S,
+            cap=64 << 20,
         )
     except OSError as e:
         raise ReviewerError(f"could not start the reviewer {argv[0]!r}: {e}") from e
-    try:
-        out, err = p.communicate(stdin, timeout=timeout_s)
-        return out, err, p.returncode, False, p.pid
-    except subprocess.TimeoutExpired:
-        _kill_group(p.pid, signal.SIGTERM)
-        try:
-            out, err = p.communicate(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            _kill_group(p.pid, signal.SIGKILL)
-            out, err = p.communicate()
-        return out or b"", err or b"", p.returncode, True, p.pid
-    finally:
-        if p.poll() is None:  # an exception above: never leave a reviewer behind
-            _kill_group(p.pid, signal.SIGKILL)
-            p.wait()
-
-
-def _kill_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(pid, sig)
+    if r.exit_code == 127 and r.stderr.startswith(b"fleet-tui: cannot start"):
+        raise ReviewerError(f"could not start the reviewer {argv[0]!r}: {r.stderr.decode(errors='replace')}")
+    return r.stdout, r.stderr, r.exit_code, r.timed_out, r.cancelled, r.pid
 
 
 def _reply(

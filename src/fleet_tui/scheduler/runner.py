@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -175,9 +176,19 @@ def spawn_shim(
 
 
 def write_lease(attempt_dir: Path, deadline: float) -> None:
+    """Renew an attempt's lease file (atomically); on a full disk, in place (no new blocks)."""
+    text = f"{deadline:.3f}\n"
     tmp = attempt_dir / "lease.tmp"
-    tmp.write_text(f"{deadline:.3f}\n")
-    os.replace(tmp, attempt_dir / "lease")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, attempt_dir / "lease")
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        fd = os.open(attempt_dir / "lease", os.O_WRONLY)  # raises when there is none yet
+        try:
+            os.pwrite(fd, text.encode(), 0)
+        finally:
+            os.close(fd)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -278,6 +289,8 @@ class AttemptRunner:
         self.stop_reason: str | None = None
         self.stop_detail: str | None = None
         self._stop_sent = False
+        #: set by ``stop``: what runs after the agent (verifiers, reviewers) stops too
+        self.stop_event = threading.Event()
         self.tokens = 0
         self.cost_usd: float | None = None
         self.context_tokens: int | None = None
@@ -293,6 +306,7 @@ class AttemptRunner:
         """Ask the shim to stop the agent (TERM, grace, KILL, descendants)."""
         if self.stop_reason is None:
             self.stop_reason, self.stop_detail = reason, detail
+        self.stop_event.set()
         if self._stop_sent:
             return
         self._stop_sent = True

@@ -133,6 +133,56 @@ def write_json(path: str, data: dict[str, object], *, durable: bool = False) -> 
     os.replace(tmp, path)
 
 
+EXIT_RESERVE = 4096  # bytes set aside for exit.json while the disk still has room
+
+
+def reserve_exit(dir: str) -> None:
+    """Set aside the space of ``exit.json`` before the agent starts (``exit.json.reserved``, blanks):
+    an agent that fills the disk cannot make its own exit status unwritable."""
+    path = os.path.join(dir, "exit.json.reserved")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b" " * EXIT_RESERVE)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def write_exit(dir: str, data: dict[str, object]) -> None:
+    """Write ``exit.json`` durably: into the reserved space when there is one (no new blocks
+    needed), else as a new file; on a full disk the record is kept in memory and written as soon
+    as there is room — the shim stays until then, so the runner waits for it instead of calling
+    the attempt a crash."""
+    text = dump_json(data).encode()
+    path = os.path.join(dir, "exit.json")
+    reserved = os.path.join(dir, "exit.json.reserved")
+    delay = 0.2
+    while True:
+        try:
+            if len(text) <= EXIT_RESERVE and os.path.exists(reserved):
+                fd = os.open(reserved, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, text + b" " * (EXIT_RESERVE - len(text)), 0)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(reserved, path)
+            else:
+                write_json(path, data, durable=True)
+            return
+        except OSError:
+            if not os.path.isdir(dir):
+                return  # the attempt's folder is gone: nobody will read it
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
 def has_children(pid: int) -> bool:
     """Cheap check through /proc/PID/task/*/children; falls back to a full scan."""
     try:
@@ -235,6 +285,7 @@ class Shim:
             "started_at": time.time(),
         }
         write_json(os.path.join(self.dir, "shim.json"), info)
+        reserve_exit(self.dir)
 
         def on_term(signum: int, frame: object) -> None:
             self.stop_requested = True
@@ -277,8 +328,8 @@ class Shim:
                 os.umask(own_umask)
         except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument or variable
             os.write(err_fd, f"fleet-tui shim: cannot start {self.argv[0]!r}: {e}\n".encode())
-            write_json(
-                os.path.join(self.dir, "exit.json"),
+            write_exit(
+                self.dir,
                 {
                     "exit_code": 127,
                     "signal": None,
@@ -286,7 +337,6 @@ class Shim:
                     "error": str(e),
                     "ended_at": time.time(),
                 },
-                durable=True,
             )
             return 1
         os.close(in_fd)
@@ -351,8 +401,8 @@ class Shim:
             elif os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
                 exit_code = 128 + sig
-        write_json(
-            os.path.join(self.dir, "exit.json"),
+        write_exit(
+            self.dir,
             {
                 "exit_code": exit_code,
                 "signal": sig,
@@ -360,7 +410,6 @@ class Shim:
                 "killed_descendants": killed,
                 "ended_at": time.time(),
             },
-            durable=True,
         )
         return 0
 

@@ -17,6 +17,8 @@ from typing import Any
 from urllib.parse import quote
 
 from fleet_tui.scheduler.model import Command, Host, Question, RateLimit, TaskSpec
+from fleet_tui.scheduler.notify_store import SQL_TABLE as NOTIFY_TABLE
+from fleet_tui.scheduler.notify_store import SqliteNotifications
 from fleet_tui.scheduler.store import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
 
 SCHEMA_VERSION = 1
@@ -105,7 +107,7 @@ def _explain(e: sqlite3.Error, path: str) -> StoreError:
     return StoreError(f"store error on {path}: {msg}")
 
 
-class SqliteBase:
+class SqliteBase(SqliteNotifications):
     """Connection, schema and the side tables of the SQLite store."""
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000, readonly: bool = False) -> None:
@@ -137,6 +139,36 @@ class SqliteBase:
             self._migrate()
         except sqlite3.DatabaseError as e:
             raise _explain(e, path) from e
+        try:
+            st = os.stat(path)
+            #: to notice the file vanishing (check_file)
+            self._file_id: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            self._file_id = None
+
+    def check_file(self) -> None:
+        """Raise StoreError when the database file this store opened was deleted or replaced
+        (``git clean -fdx`` in a repository holding the home, an ``rm``): writes would go to a
+        file nobody else sees, while other commands silently start a new, empty queue."""
+        if self._file_id is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self._file_id:
+            what = "deleted" if st is None else "replaced by another file"
+            raise StoreError(
+                f"the store's database {self.path} was {what} while this engine ran; stopping so "
+                "nothing is recorded where nobody sees it. Restore the file (or accept the loss), "
+                "keep the fleet home out of reach of git clean and the like, then start the engine again"
+            )
+
+    def set_busy_timeout(self, ms: int) -> None:
+        """How long a write waits for another process's lock before it fails (the engine waits
+        out longer locks itself, saying so: outage.py)."""
+        with self._lock:
+            self._db.execute(f"PRAGMA busy_timeout={int(ms)}")
 
     @staticmethod
     def _connect(target: str, busy_timeout_ms: int, *, uri: bool = False) -> sqlite3.Connection:
@@ -230,6 +262,7 @@ class SqliteBase:
                 for stmt in MIGRATIONS[v].split(";\n"):
                     if stmt.strip():
                         db.execute(stmt)
+            db.execute(NOTIFY_TABLE.format(real="REAL"))
             db.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )

@@ -26,6 +26,7 @@ from fleet_tui.scheduler.model import (
     Command,
     Event,
     Host,
+    NotifyStats,
     Question,
     RateLimit,
     Task,
@@ -54,7 +55,9 @@ TASK_COLUMNS: tuple[str, ...] = tuple(
 ATTEMPT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt) if f.name not in ("task_id", "n"))
 
 
-_counter = itertools.count()
+# Starts at a random value per process: two processes adding tasks in the same millisecond would
+# otherwise share the counter's value and rely on 16 random bits alone (a collision was seen).
+_counter = itertools.count(secrets.randbelow(0x100))
 
 
 #: a task in one of these states frees its name: a new task may take it (the old one keeps its id,
@@ -349,6 +352,15 @@ class Store(Protocol):
     def maintenance(self) -> None:
         """Periodic housekeeping (SQLite: WAL checkpoint)."""
         ...
+
+    # notifications (notify_store.py): claimed once per event key across engines
+    def claim_notification(
+        self, key: str, kind: str, task_id: str | None, title: str, body: str, owner: str, now: float
+    ) -> bool: ...
+
+    def finish_notification(self, key: str, status: str, detail: str | None, now: float) -> None: ...
+
+    def notification_stats(self) -> NotifyStats: ...
 
     def close(self) -> None: ...
 

@@ -1,7 +1,8 @@
 """Verifiers: the evidence a task is done (DESIGN section 7).
 
-``run`` executes a shell command in the task's working directory (its exit code is the verdict,
-its output is kept), ``artifact`` checks a file (exists, long enough, contains each string),
+``run`` executes a shell command in the task's working directory under a keeper (owned.py: it
+dies with the engine and stops when the task is stopped; its exit code is the verdict, its output
+is kept), ``artifact`` checks a file (exists, long enough, contains each string),
 ``agent`` asks a read-only reviewer through a coder and needs an explicit PASS (a reply without
 PASS or FAIL counts as FAIL). They run in order and stop at the first failure.
 """
@@ -9,13 +10,14 @@ PASS or FAIL counts as FAIL). They run in order and stop at the first failure.
 from __future__ import annotations
 
 import re
-import subprocess
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from fleet_tui.scheduler.model import VerifySpec
+from fleet_tui.scheduler.owned import run_owned
 
 OUTPUT_CAP = 64 * 1024
 
@@ -46,6 +48,8 @@ def run_verifier(
     timeout_s: float,
     reviewer: AgentReviewer | None,
     wrap: Callable[[list[str]], list[str]] | None = None,
+    cancel: threading.Event | None = None,
+    home: Path | None = None,
 ) -> tuple[bool, str]:
     if v.kind == "run":
         argv = ["/bin/sh", "-c", v.run or "false"]
@@ -55,19 +59,22 @@ def run_verifier(
             except Exception as e:
                 return False, f"not run: {e}"
         try:
-            p = subprocess.run(
+            p = run_owned(
                 argv,
                 cwd=workdir,
-                capture_output=True,
-                timeout=timeout_s,
-                stdin=subprocess.DEVNULL,
+                timeout_s=timeout_s,
+                cancel=cancel,
+                home=home,
+                merge_stderr=True,
             )
-        except subprocess.TimeoutExpired:
-            return False, f"timed out after {timeout_s:g}s"
         except OSError as e:
             return False, f"could not run: {e}"
-        out = (p.stdout + p.stderr).decode("utf-8", errors="replace")
-        return p.returncode == 0, _cap(out + f"\n(exit {p.returncode})")
+        if p.cancelled:
+            return False, "stopped: the task was stopped during verification"
+        if p.timed_out:
+            return False, f"timed out after {timeout_s:g}s"
+        out = p.stdout.decode("utf-8", errors="replace")
+        return p.exit_code == 0, _cap(out + f"\n(exit {p.exit_code})")
     if v.kind == "artifact":
         path = workdir / (v.path or "")
         if not path.is_file():
@@ -128,11 +135,17 @@ def run_verifiers(
     timeout_s: float = 600.0,
     reviewer: AgentReviewer | None = None,
     wrap: Callable[[list[str]], list[str]] | None = None,
+    cancel: threading.Event | None = None,
+    home: Path | None = None,
 ) -> VerifyResult:
+    """Run each verifier in order (blocking). Setting ``cancel`` stops the running one (its whole
+    process tree) and the rest: the result is then a failure the caller must not count."""
     outputs: list[str] = []
     for v in specs:
+        if cancel is not None and cancel.is_set():
+            return VerifyResult(False, v.label, "\n".join([*outputs, "stopped during verification"]))
         t = v.timeout_min * 60 if v.timeout_min else timeout_s
-        ok, out = run_verifier(v, workdir, t, reviewer, wrap)
+        ok, out = run_verifier(v, workdir, t, reviewer, wrap, cancel, home)
         outputs.append(f"== {v.label}: {'PASS' if ok else 'FAIL'}\n{out.strip()}")
         if not ok:
             return VerifyResult(False, v.label, "\n".join(outputs), failure_reason(v, out))

@@ -17,9 +17,6 @@ import os
 import random
 import re
 import shutil
-import signal
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -345,39 +342,31 @@ def _retire_stale_branch(repo_root: Path, branch: str, git_ref: str) -> None:
     _git(repo_root, "config", "--remove-section", f"branch.{branch}", check=False)
 
 
-def run_setup(info: WorktreeInfo, command: str, timeout_s: float) -> SetupResult:
+def run_setup(info: WorktreeInfo, command: str, timeout_s: float, *, home: Path | None = None) -> SetupResult:
     """Run a setup command (copy .env, install deps) with /bin/sh -c inside the worktree.
 
-    The command sees FLEET_REPO_ROOT, FLEET_WORKTREE and FLEET_BRANCH. On timeout its whole
-    process group is killed. Output goes through a file so a lingering grandchild holding a pipe
-    cannot hang us.
+    The command sees FLEET_REPO_ROOT, FLEET_WORKTREE and FLEET_BRANCH. It runs under a keeper
+    (owned.py): on timeout, or when the engine that started it dies, its whole process tree is
+    killed. Output goes through a file so a lingering grandchild holding a pipe cannot hang us.
     """
+    from fleet_tui.scheduler.owned import run_owned
+
     env = dict(os.environ)
     env.update(FLEET_REPO_ROOT=str(info.repo_root), FLEET_WORKTREE=str(info.path), FLEET_BRANCH=info.branch)
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            cwd=info.path,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        code: int | None
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-        size = out.seek(0, os.SEEK_END)
-        out.seek(max(0, size - _OUTPUT_CAP))
-        text = out.read().decode("utf-8", errors="replace")
-    if code is None:
+    r = run_owned(
+        ["/bin/sh", "-c", command],
+        cwd=info.path,
+        env=env,
+        timeout_s=timeout_s,
+        home=home,
+        grace_s=2.0,
+        merge_stderr=True,
+        cap=_OUTPUT_CAP,
+    )
+    text = r.stdout.decode("utf-8", errors="replace")
+    if r.timed_out:
         text += f"\n[setup timed out after {timeout_s:g}s and was killed]"
-    return SetupResult(ok=code == 0, output=text, exit_code=code)
+    return SetupResult(ok=r.exit_code == 0, output=text, exit_code=r.exit_code)
 
 
 def preflight(info: WorktreeInfo, expected_head: str | None = None) -> PreflightResult:

@@ -47,7 +47,7 @@ LOG_CHUNK = 250  # log lines written per turn of the loop while filling (keys st
 FULL_LINE = 4000  # the log shows whole events (newlines folded); scroll sideways
 
 
-def overview(task: Task, transitions: list[Transition], now: float) -> Group:
+def overview(task: Task, transitions: list[Transition], now: float, pull_request: str | None = None) -> Group:
     spec = task.spec
     grid = Table.grid()
     grid.add_column(no_wrap=True)
@@ -74,6 +74,8 @@ def overview(task: Task, transitions: list[Transition], now: float) -> Group:
         ("after", ", ".join(spec.depends_on) or "-"),
         ("verify", "; ".join(v.label for v in spec.verify) or "-"),
     ]
+    if pull_request:  # merge = "pr" (scheduler/pullrequest.py)
+        rows.append(("pull req", pull_request))
     if task.merged_commit:
         rows.append(("merged", task.merged_commit))
     if task.result_text:
@@ -142,6 +144,7 @@ class DetailScreen(Screen[None]):
         self.current = current or (lambda: None)
         self.events: list[Event] = []
         self.transitions: list[Transition] = []
+        self.pull_request: str | None = None
         self.loaded = False  # stored events are in (live ones are merged after them)
         self._pending: list[Event] = []
         self._needle = ""
@@ -179,6 +182,8 @@ class DetailScreen(Screen[None]):
         ref = self.fleet_task.id
         try:
             self.transitions = await self.engine.transitions(ref)
+            pull_request = getattr(self.engine, "pull_request", None)  # optional in EngineAPI
+            self.pull_request = await pull_request(ref) if pull_request else None
         except Exception as exc:
             self.notify(inert(f"transitions: {exc}"), severity="error")
         self._overview_key = None
@@ -252,7 +257,9 @@ class DetailScreen(Screen[None]):
         key = (task, len(self.transitions), int(now))
         if key != self._overview_key:
             self._overview_key = key
-            self.query_one("#overview", Static).update(overview(task, self.transitions, now))
+            self.query_one("#overview", Static).update(
+                overview(task, self.transitions, now, self.pull_request)
+            )
         reload = (task.status, task.attempt, task.reason)
         if reload != self._reload_key:
             self._reload_key = reload

@@ -1,0 +1,81 @@
+"""Helper programs run under a keeper (owned.py / keeper.py): cancel, timeout, output, and the
+trees a killed keeper leaves behind, reaped by the next engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet_tui.scheduler.owned import OwnedResult, reap_stale, run_owned
+from helpers import pid_alive, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_output_exit_code_and_stdin(tmp_path: Path) -> None:
+    r = run_owned(["/bin/sh", "-c", "cat; echo err >&2; exit 3"], cwd=tmp_path, stdin=b"hello\n")
+    assert (r.exit_code, r.stdout, r.stderr, r.timed_out, r.cancelled) == (
+        3,
+        b"hello\n",
+        b"err\n",
+        False,
+        False,
+    )
+
+
+def test_cancel_stops_the_whole_tree_within_the_grace(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    cancel = threading.Event()
+    out: list[OwnedResult] = []
+    th = threading.Thread(
+        target=lambda: out.append(
+            run_owned(
+                ["/bin/sh", "-c", f"trap '' TERM; sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"],
+                cwd=tmp_path,
+                cancel=cancel,
+                grace_s=0.5,
+            )
+        )
+    )
+    th.start()
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 10, what="the tree")
+    tree = [int(x) for x in pids.read_text().split()]
+    started = time.monotonic()
+    cancel.set()
+    th.join(10)
+    assert out and out[0].cancelled and out[0].exit_code is None
+    assert time.monotonic() - started < 5
+    wait_for(lambda: not any(pid_alive(p) for p in tree), 5, what="the tree to die")
+
+
+def test_a_killed_keepers_tree_is_reaped_at_the_next_start(tmp_path: Path) -> None:
+    home, pids = tmp_path / "home", tmp_path / "pids"
+    th = threading.Thread(
+        target=lambda: run_owned(
+            ["/bin/sh", "-c", f"sleep 300 & echo $! >> {pids}; wait"], cwd=tmp_path, home=home
+        ),
+        daemon=True,
+    )
+    th.start()
+    wait_for(lambda: list((home / "children").glob("*.json")) and pids.exists(), 10, what="the pid file")
+    info = json.loads(next((home / "children").glob("*.json")).read_text())
+    child = int(pids.read_text())
+    os.kill(info["keeper_pid"], signal.SIGKILL)  # the keeper itself dies without a word
+    th.join(10)
+    assert pid_alive(child)  # left behind...
+    assert reap_stale(home) >= 1  # ...until an engine starts on this home
+    wait_for(lambda: not pid_alive(child), 5, what="the leftover to die")
+    assert list((home / "children").glob("*.json")) == []
+
+
+def test_the_command_gets_the_users_umask(tmp_path: Path) -> None:
+    from fleet_tui.scheduler.private import user_umask
+
+    r = run_owned(["/bin/sh", "-c", "umask"], cwd=tmp_path)
+    assert int(r.stdout.decode().strip(), 8) == user_umask()
