@@ -372,6 +372,7 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
         return len(tasks) == args.agents and all(t.status in TERMINAL for t in tasks)
 
     async with app.run_test(size=(160, 48)):
+        app.queue.set_show_finished(True)  # the finished rows stay for the "idle after" cursor moves
         await until(lambda: app.queue.row_count == args.agents)
         probe = Probe()
         probe.start()

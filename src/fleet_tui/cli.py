@@ -20,7 +20,16 @@ from typing import Any
 import anyio
 
 from fleet_tui import __version__
-from fleet_tui.report import elapsed, event_json, event_line, fmt_dur, print_graph, task_json, why
+from fleet_tui.report import (
+    elapsed,
+    event_json,
+    event_line,
+    fmt_dur,
+    group_by_repo,
+    print_graph,
+    task_json,
+    why,
+)
 from fleet_tui.scheduler.inbox import sanitize_for_display as clean
 
 #: commands that only look: they work (with a warning) while config.toml is broken
@@ -407,13 +416,18 @@ def cmd_status(ctx: Ctx) -> int:
         return 0
     names = {t.name: t for t in tasks}
     w = max(len(t.name) for t in tasks)
-    for t in tasks:
-        coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
-        print(
-            f"{t.id}  {t.name:<{w}}  {t.status.value:<11} {fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
-            f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}"
-            f"{'  · ' + clean(pr, one_line=True) if (pr := link_line(links.get(t.id))) else ''}".rstrip()
-        )
+    groups = group_by_repo(tasks) if ctx.args.group == "repo" else [("", tasks)]
+    for header, members in groups:
+        if header:
+            print(header)
+        for t in members:
+            coder = "/".join(x for x in (t.coder or t.spec.coder, t.model or t.spec.model) if x)
+            print(
+                f"{'  ' if header else ''}{t.id}  {t.name:<{w}}  {t.status.value:<11} "
+                f"{fmt_dur(elapsed(t, now)):>7}  a{t.attempt}  "
+                f"{clean(coder, one_line=True):<14} {clean(why(t, names), one_line=True)}"
+                f"{'  · ' + clean(pr, one_line=True) if (pr := link_line(links.get(t.id))) else ''}".rstrip()
+            )
     return 0
 
 
@@ -840,6 +854,7 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="one line per task")
     st.add_argument("--json", action="store_true")
     st.add_argument("--graph", action="store_true")
+    st.add_argument("--group", choices=["repo"], help="group the lines by repository, like the cockpit")
     st.add_argument("--all", action="store_true", help="include archived tasks")
     ar = sub.add_parser("archive", help="keep finished tasks out of status and the cockpit (records stay)")
     ar.add_argument("tasks", nargs="+", metavar="TASK")

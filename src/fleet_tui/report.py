@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fleet_tui.repos import group_order, repo_labels, repo_root, urgency
 from fleet_tui.scheduler.inbox import sanitize_for_display
 from fleet_tui.scheduler.timing import elapsed
 
@@ -73,6 +74,37 @@ def why(t: Any, by_name: dict[str, Any] | None = None) -> str:
                 return "after " + ", ".join(after)
         return t.reason or ""
     return t.reason or ""
+
+
+def group_by_repo(tasks: list[Any]) -> list[tuple[str, list[Any]]]:
+    """``status --group repo``: the cockpit's groups (same repositories, labels and order), each
+    with a header line counting its states; tasks keep ``status``'s order inside a group."""
+    by_root: dict[str, list[Any]] = {}
+    for t in tasks:
+        by_root.setdefault(repo_root(t.spec.cwd), []).append(t)
+    labels = repo_labels(by_root)
+    urgencies = {r: min(urgency(t.status.value, t.asking) for t in ts) for r, ts in by_root.items()}
+    out = []
+    for root in group_order(labels, urgencies):
+        members = by_root[root]
+        counts: dict[str, int] = {}
+        for t in members:
+            state = "asking" if t.asking and t.status.value not in ("done", "cancelled") else t.status.value
+            counts[state] = counts.get(state, 0) + 1
+        states = " · ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(counts.items(), key=_state_rank))
+        where = "" if labels[root] == root else f" ({sanitize_for_display(root, one_line=True)})"
+        label = sanitize_for_display(labels[root], one_line=True)
+        out.append(
+            (f"{label}{where} · {len(members)} task{'s' if len(members) != 1 else ''} · {states}", members)
+        )
+    return out
+
+
+_STATES = ("asking", "needs_human", "running", "verifying", "paused", "queued", "done", "cancelled")
+
+
+def _state_rank(item: tuple[str, int]) -> int:
+    return _STATES.index(item[0]) if item[0] in _STATES else len(_STATES)
 
 
 #: deeper than this, a line of ``status --graph`` shows its depth instead of the tree's lines

@@ -49,7 +49,7 @@ MAX_INT = 2**31 - 1
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
     "timeout_min", "stall_min", "max_retries", "requires", "budget_usd", "setup", "merge", "env",
-    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro", "notify_done",
+    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro", "notify_done", "mcp",
 )  # fmt: skip
 VERIFY_KEYS: tuple[str, ...] = ("run", "agent", "model", "coder", "timeout_min")
 ARTIFACT_KEYS: tuple[str, ...] = ("path", "min_chars", "contains")
@@ -275,6 +275,8 @@ def _check_value(key: str, v: Any) -> str | None:
         not isinstance(v, list) or not all(isinstance(x, str) and x.strip() and "\0" not in x for x in v)
     ):
         return f'{key} must be an array of paths like ["~/.cache/pip"], {got}'
+    elif key == "mcp" and v not in ("inherit", "fleet-only"):
+        return f'mcp must be "inherit" (the user\'s own MCP servers too) or "fleet-only", got {v!r}'
     elif key == "notify_done" and not isinstance(v, bool):
         return f"notify_done must be true or false, {got}"
     elif key == "merge" and v not in ("manual", "auto", "pr"):
@@ -682,7 +684,7 @@ def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
         env=tuple(sorted(v.get("env", {}).items())), source=source, sandbox=v.get("sandbox"),
         network=_network(v.get("network")), sandbox_rw=tuple(v.get("sandbox_rw", ())),
         sandbox_ro=tuple(v.get("sandbox_ro", ())),
-        notify_done=bool(v.get("notify_done", False)),
+        notify_done=bool(v.get("notify_done", False)), mcp=v.get("mcp"),
     )  # fmt: skip
 
 
@@ -747,6 +749,8 @@ def validate_spec(
             table[key] = list(getattr(spec, key))
     if spec.notify_done:
         table["notify_done"] = True
+    if spec.mcp is not None:
+        table["mcp"] = spec.mcp
     fields_of = {"run": ("run", "timeout_min"), "agent": ("agent", "coder", "model", "timeout_min"),
                  "artifact": ("path", "min_chars", "contains")}  # fmt: skip
     for ver in spec.verify:

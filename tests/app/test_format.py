@@ -138,7 +138,7 @@ def test_validate_new_task(tmp_path: Path) -> None:
 def test_cockpit_imports_no_engine_internals() -> None:
     # inbox (and the store protocol it names) is allowed: it holds sanitize_for_display, the one
     # rule for showing agent text, shared by the CLI and the cockpit; series holds the pulse's
-    # pure arithmetic, shared with `status --gauges`
+    # pure arithmetic, shared with `status --gauges`; notify_store comes with store (its stats type)
     code = (
         "import sys, fleet_tui.app.app, fleet_tui.screens.detail;"
         "bad = [m for m in sys.modules if m.startswith('fleet_tui.scheduler.') and m.split('.')[-1] "

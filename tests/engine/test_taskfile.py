@@ -635,3 +635,25 @@ def test_key_lines_on_generated_documents() -> None:
         tomllib.loads(text)  # the generator makes valid TOML
         lines = toml_key_lines(text)
         assert {p: lines.get(p) for p in expected} == expected, text
+
+
+def test_mcp_key_per_task_and_its_check(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [[task]]
+        name = "only-fleet"
+        prompt = "p"
+        mcp = "fleet-only"
+
+        [[task]]
+        name = "inherits"
+        prompt = "p"
+        """,
+    )
+    res = load_taskfile(path, known_coders=CODERS)
+    assert [str(e) for e in res.errors] == []
+    assert [s.mcp for s in res.specs] == ["fleet-only", None]
+    bad = write(tmp_path, '[[task]]\nname = "x"\nprompt = "p"\nmcp = "none"\n', name="bad.toml")
+    errors = load(bad)
+    assert len(errors) == 1 and "bad.toml:4" in errors[0] and 'mcp must be "inherit"' in errors[0]

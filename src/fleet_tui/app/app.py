@@ -23,14 +23,16 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
-from textual.widgets import DataTable, Footer, Input, TextArea
+from textual.widgets import Footer, Input, TextArea
+from textual.widgets._footer import FooterKey
 from textual.worker import Worker, WorkerState
 
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
+from fleet_tui.app.order import SORTS, Row
 from fleet_tui.app.panes import FleetHeader, GaugesPane
-from fleet_tui.app.queue import FilterInput, QueueTable, focus_now
+from fleet_tui.app.queue import FilterInput, JumpInput, QueueView, focus_now
 from fleet_tui.app.stream import FILL_LIMIT, StreamLog
 from fleet_tui.gauges import Gauge, gauges
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
@@ -68,8 +70,20 @@ class FleetApp(App[None]):
         Binding("m", "merge", "merge"),
         Binding("s", "shell", "shell"),
         Binding("slash", "filter", "filter", key_display="/", priority=True),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit", "quit"),
+        Binding("j", "jump", "jump", priority=True),
+        # while the jump box has the focus: handled as the key arrives, so that a key typed right
+        # after Enter/Escape (one burst over ssh) reaches the queue and not the closing box
+        Binding("enter", "jump_close(1)", "stay there", show=False, priority=True),
+        Binding("escape", "jump_close(0)", "go back", show=False, priority=True),
+        # the same for the filter box (Enter keeps the filter, Escape clears it)
+        Binding("enter", "filter_close(1)", "keep the filter", show=False, priority=True),
+        Binding("escape", "filter_close(0)", "clear the filter", show=False, priority=True),
+        Binding("exclamation_mark", "next_attention", "next !", key_display="!"),
+        Binding("o", "cycle_sort", "sort"),
+        Binding("f", "toggle_finished", "finished"),
+        # shown pinned at the right of the footer (PinnedKeys), so no width ever hides them
+        Binding("question_mark", "help", "help", key_display="?", show=False),
+        Binding("q", "quit", "quit", show=False),
         Binding("g", "top", "top", show=False),
         Binding("G", "bottom", "bottom", show=False),
     ]
@@ -85,7 +99,11 @@ class FleetApp(App[None]):
         "cancel_task": "Cancel the selected task (asks first)",
         "merge": "Merge the selected task's branch (asks first, shows the diffstat)",
         "shell": "Open a shell in the selected task's working directory",
-        "filter": "Filter the queue: words, state:running, coder:claude, host:box1",
+        "filter": "Filter the queue: words, state:running, coder:claude, host:box1, repo:api",
+        "jump": "Jump to a task by typing its name (fuzzy; down/up: other matches, escape: back)",
+        "next_attention": "Next task that needs you (asking a question or needs_human)",
+        "cycle_sort": "Sort order within each state band: priority, age, name, cost",
+        "toggle_finished": "Show or fold away finished tasks (done, cancelled)",
         "help": "This help",
         "quit": "Quit (asks whether to leave running agents or stop them)",
         "top": "First row of the queue / top of a pane",
@@ -93,11 +111,15 @@ class FleetApp(App[None]):
     }
     MAIN_ACTIONS: ClassVar[frozenset[str]] = frozenset(
         {"new_task", "detail", "answer", "kill", "pause_task", "pause_fleet", "retry", "cancel_task",
-         "merge", "shell", "filter", "help", "top", "bottom"}
+         "merge", "shell", "filter", "help", "top", "bottom", "jump", "next_attention", "cycle_sort",
+         "toggle_finished"}
     )  # fmt: skip
     #: keys handled by widgets (listed in the help; not app bindings)
     OTHER_KEYS: ClassVar[list[tuple[str, str]]] = [
         ("up/down", "move in a list"),
+        ("pgup/pgdn home/end", "page through the queue / first and last row"),
+        ("space, left/right", "fold / unfold the repository group under the cursor"),
+        ("enter / escape (jump)", "stay on the task found / go back to where the cursor was"),
         ("tab / shift+tab", "next / previous pane"),
         ("escape", "close a dialog, cancel an answer, clear the filter"),
         ("ctrl+p", "command palette (every action)"),
@@ -133,9 +155,18 @@ class FleetApp(App[None]):
         # the panes live on the main screen; keep references (app.query_one would search
         # whichever screen is on top, e.g. the detail screen)
         self.header = FleetHeader(id="header")
-        self.filter_input = FilterInput(placeholder="filter: words, state:running, coder:claude", id="filter")
-        self.queue = QueueTable(id="queue")
-        self.queue_pane = Vertical(self.filter_input, self.queue, id="queue-pane")
+        self.filter_input = FilterInput(placeholder="filter: words, state:running, repo:api", id="filter")
+        self.jump_input = JumpInput(placeholder="jump to: type part of a name", id="jump")
+        self.queue = QueueView(clock=lambda: self.clock(), id="queue")
+        self.queue_pane = Vertical(self.filter_input, self.jump_input, self.queue, id="queue-pane")
+        self._jump_from: Row | None = None
+        self._jump_matches: list[str] = []
+        self._jump_at = 0
+        self._snap_tasks: tuple[Task, ...] | None = None
+        self._tasks_version = 0
+        self._header_for: tuple[object, ...] = ()
+        self._header_pending = False
+        self._header_at = -1.0
         self.stream = StreamLog(id="stream")
         self.inbox = Inbox(id="inbox")
         self.gauges = GaugesPane(id="gauges")
@@ -150,10 +181,13 @@ class FleetApp(App[None]):
         with Horizontal(id="bottom"):
             yield self.inbox
             yield self.gauges
-        yield Footer(compact=True, show_command_palette=False)
+        with Horizontal(id="footer-bar"):
+            yield Footer(compact=True, show_command_palette=False)
+            yield PinnedKeys(id="pinned-keys")
 
     def on_mount(self) -> None:
         self.filter_input.display = False
+        self.jump_input.display = False
         self.queue_pane.border_title = "Queue"
         self.stream.border_title = "Stream"
         self.pull()
@@ -175,7 +209,13 @@ class FleetApp(App[None]):
         if on_top and action in self.MAIN_ACTIONS:
             return False
         # the priority keys are plain characters while someone types in a text field
-        return not (action in ("filter", "answer", "new_task") and isinstance(self.focused, Input | TextArea))
+        if action == "jump_close":
+            return self.focused is self.jump_input
+        if action == "filter_close":
+            return self.focused is self.filter_input
+        return not (
+            action in ("filter", "answer", "jump", "new_task") and isinstance(self.focused, Input | TextArea)
+        )
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The hosted engine stopping on its own is news: say so rather than go quietly stale."""
@@ -208,7 +248,9 @@ class FleetApp(App[None]):
         return frozenset(q.task_id for q in self.questions.values())
 
     def pull(self) -> None:
-        """Take a snapshot and bring every pane up to date (only changed cells are written)."""
+        """Take a snapshot and bring every pane up to date. Only what changed is touched: the same
+        task tuple as last time costs nothing, and a task object the cockpit already holds is
+        skipped by identity (the engine hands unchanged tasks over as the same objects)."""
         if self._quitting:
             return
         try:
@@ -216,30 +258,73 @@ class FleetApp(App[None]):
         except Exception as exc:
             self.notify(f"snapshot failed: {exc}", severity="error")
             return
-        tasks: dict[str, Task] = {}
-        for task in snap.tasks:
-            live = self.tasks.get(task.id)
-            tasks[task.id] = live if live is not None and live.updated_at > task.updated_at else task
-        for tid, live in self.tasks.items():  # added (live) after the snapshot was taken
-            if tid not in tasks and live.updated_at >= snap.taken_at:
-                tasks[tid] = live
-        self.tasks = tasks
+        if snap.tasks is not self._snap_tasks:
+            self._snap_tasks = snap.tasks
+            self._merge_tasks(snap)
         pending = {q.id: q for q in snap.questions if q.status == "pending"}
         for qid, q in self.questions.items():  # asked after the snapshot was taken
             if qid not in pending and q.asked_at >= snap.taken_at:
                 pending[qid] = q
         self.snap = snap
-        self._set_questions(pending)
+        if pending != self.questions or not self._painted:
+            self._set_questions(pending)
         self.refresh_views()
+
+    def _merge_tasks(self, snap: Snapshot) -> None:
+        tasks = self.tasks
+        first = not tasks
+        changed: list[Task] = []
+        for task in snap.tasks:
+            live = tasks.get(task.id)
+            if live is task or (live is not None and live.updated_at > task.updated_at):
+                continue
+            if live is None or live != task:
+                tasks[task.id] = task
+                changed.append(task)
+        gone: list[str] = []
+        if len(tasks) != len(snap.tasks):
+            ids = {t.id for t in snap.tasks}
+            # a task added (live) after the snapshot was taken stays
+            gone = [tid for tid, t in tasks.items() if tid not in ids and t.updated_at < snap.taken_at]
+            for tid in gone:
+                del tasks[tid]
+        if first:
+            self.queue.sync(tasks.values(), asking=self.asking)
+        else:
+            for task in changed:
+                self.queue.update_task(task, asking=task.id in self.asking)
+            for tid in gone:
+                self.queue.remove_task(tid)
+        if changed or gone:
+            self._tasks_version += 1
 
     def refresh_views(self) -> None:
         now = self.clock()
-        self.queue.sync(self.tasks.values(), now, self.asking)
-        if self.stream.task_id is None and self.queue.row_count:
+        self.queue.tick()
+        if self.stream.task_id is None and self.queue.selected_id is not None:
             self._follow(self.queue.selected_id)
         self._retitle_queue()
-        self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
+        self._show_header(now)
         self.gauges.show(self.snap, now)
+
+    def _show_header(self, now: float) -> None:
+        """The header counts every task: recount only when tasks, questions or gauges changed
+        (or the minute did: a rate-limit reset time goes stale)."""
+        key = (
+            self._tasks_version,
+            len(self.questions),
+            self.snap.gauges,
+            int(now // 60),
+            self.header.size.width,
+        )
+        if key == self._header_for:
+            return
+        self._header_for = key
+        self._header_at = time.monotonic()
+        self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(lambda: self._show_header(self.clock()))
 
     def gauges_rows(self) -> list[Gauge]:
         """The gauges as the pane shows them now (for the palette and tests)."""
@@ -249,10 +334,20 @@ class FleetApp(App[None]):
         return replace(self.snap, tasks=tuple(self.tasks.values()))
 
     def _retitle_queue(self) -> None:
-        shown, total = self.queue.row_count, len(self.tasks)
-        pane = self.queue_pane
+        model = self.queue.model
+        total = len(self.tasks)
         flt = self.filter_input.value.strip()
-        pane.border_title = f"Queue ({shown} of {total} · {flt})" if flt else f"Queue ({total})"
+        parts = [f"{self.queue.row_count} of {total}" if flt else str(total)]
+        if model.order != SORTS[0]:
+            parts.append(f"by {model.order}")
+        if flt:
+            parts.append(flt)
+        folded = model.folded()
+        if folded:
+            parts.append(f"{folded} finished folded")
+        title = f"Queue ({' · '.join(parts)})"
+        if self.queue_pane.border_title != title:
+            self.queue_pane.border_title = title
 
     def _set_questions(self, pending: dict[str, Question]) -> None:
         new = [qid for qid in pending if qid not in self._seen_questions]
@@ -263,6 +358,7 @@ class FleetApp(App[None]):
             for q in sorted(pending.values(), key=lambda q: q.asked_at)
         ]
         self.inbox.set_items(items)
+        self.queue.set_asking(self.asking)
         if new and self._painted:
             self.bell()
             self.bells += 1
@@ -289,12 +385,15 @@ class FleetApp(App[None]):
         questions = dict(self.questions)
         questions_changed = False
         changed: list[Task] = []
+        recount = False  # the header counts states: only a new task or a new state changes them
         for ee in batch:
             if ee.kind == "task" and ee.task is not None:
                 old = self.tasks.get(ee.task.id)
                 if old is None or ee.task.updated_at >= old.updated_at:
                     self.tasks[ee.task.id] = ee.task
                     changed.append(ee.task)
+                    if old is None or old.status != ee.task.status:
+                        recount = True
             elif ee.kind == "event" and ee.event is not None:
                 events.append(ee.event)
             elif ee.kind == "question" and ee.question is not None:
@@ -316,7 +415,7 @@ class FleetApp(App[None]):
         touched = {t.id for t in changed} | (before ^ after)
         for tid in touched:
             if tid in self.tasks:
-                self.queue.update_task(self.tasks[tid], now, tid in after)
+                self.queue.update_task(self.tasks[tid], asking=tid in after)
         if events:
             self.stream.offer(events)
             for screen in self.screen_stack:  # an open detail screen follows its task's log
@@ -327,16 +426,29 @@ class FleetApp(App[None]):
             self._retitle_stream(selected)
         if changed or questions_changed:
             self._retitle_queue()
-            self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
-        if self.stream.task_id is None and self.queue.row_count:
-            self._follow(self.queue.selected_id)
+        if recount or questions_changed:
+            self._tasks_version += 1
+            # recounting every task: at once for a question or the first change in a while, then
+            # at most 4 times a second while tasks keep changing
+            if questions_changed or time.monotonic() - self._header_at >= 0.25:
+                self._show_header(now)
+            elif not self._header_pending:
+                self._header_pending = True
+                self.set_timer(0.25, self._header_due)
+        if self.stream.task_id is None and selected is not None:
+            self._follow(selected)
+
+    def _header_due(self) -> None:
+        self._header_pending = False
+        self._show_header(self.clock())
 
     # ------------------------------------------------------------------ selection
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self._follow(event.row_key.value)
+    def on_queue_view_highlighted(self, event: QueueView.Highlighted) -> None:
+        if event.task_id is not None:
+            self._follow(event.task_id)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_queue_view_selected(self, event: QueueView.Selected) -> None:
         self.action_detail()
 
     def _follow(self, task_id: str | None) -> None:
@@ -507,7 +619,9 @@ class FleetApp(App[None]):
         """(key, action, description) of every cockpit binding, for the help and the palette."""
         rows = []
         for b in self.BINDINGS:
-            if isinstance(b, Binding):
+            if isinstance(b, Binding) and not b.action.startswith(
+                ("jump_close", "filter_close")
+            ):  # OTHER_KEYS
                 rows.append((b.key_display or b.key, b.action, self.ACTION_HELP.get(b.action, b.description)))
         return rows
 
@@ -520,13 +634,17 @@ class FleetApp(App[None]):
         focus_now(flt)
 
     def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "jump":
+            self._jump_to(event.value)
+            return
         if event.input.id != "filter":
             return
         parsed = parse_filter(event.value)
         event.input.border_subtitle = "; ".join(parsed.errors)
-        self.queue.set_filter(parsed, self.tasks.values(), self.clock(), self.asking)
+        self.queue.set_filter(parsed)
         self._retitle_queue()
-        self._follow(self.queue.selected_id)
+        if self.queue.selected_id is not None:
+            self._follow(self.queue.selected_id)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter":
@@ -536,16 +654,73 @@ class FleetApp(App[None]):
     def on_filter_input_cleared(self, event: FilterInput.Cleared) -> None:
         focus_now(self.queue)
 
+    # ------------------------------------------------------------------ queue navigation
+
+    def action_jump(self) -> None:
+        self._jump_from = self.queue.cursor_ref
+        self._jump_matches = []
+        self.jump_input.value = ""
+        self.jump_input.border_subtitle = ""
+        self.jump_input.display = True
+        focus_now(self.jump_input)
+
+    def _jump_to(self, query: str) -> None:
+        """Each key: the cursor on the best match (unfolding its group if needed)."""
+        self._jump_matches = self.queue.model.jump(query) if query.strip() else []
+        self._jump_at = 0
+        n = len(self._jump_matches)
+        self.jump_input.border_subtitle = f"{n} match{'es' if n != 1 else ''}" if query.strip() else ""
+        if self._jump_matches:
+            self.queue.select_id(self._jump_matches[0])
+
+    def on_jump_input_step(self, event: JumpInput.Step) -> None:
+        if self._jump_matches:
+            self._jump_at = (self._jump_at + event.step) % len(self._jump_matches)
+            self.queue.select_id(self._jump_matches[self._jump_at])
+
+    def action_filter_close(self, keep: int) -> None:
+        if keep:
+            self.filter_input.display = bool(self.filter_input.value.strip())
+            focus_now(self.queue)
+        else:
+            self.filter_input.action_clear_filter()
+            focus_now(self.queue)
+
+    def action_jump_close(self, stay: int) -> None:
+        if stay:
+            self.jump_input.action_accept()
+        else:
+            self.jump_input.action_cancel()
+
+    def on_jump_input_cancelled(self, event: JumpInput.Cancelled) -> None:
+        if self._jump_from is not None:
+            self.queue.select_row(self._jump_from)
+
+    def action_next_attention(self) -> None:
+        if not self.queue.next_attention():
+            self.notify("No task needs you right now.", severity="information")
+
+    def action_cycle_sort(self) -> None:
+        order = SORTS[(SORTS.index(self.queue.model.order) + 1) % len(SORTS)]
+        self.queue.set_order(order)
+        self._retitle_queue()
+        self.notify(f"Sorted by {order} within each state (needs you, running, paused, queued, finished).")
+
+    def action_toggle_finished(self) -> None:
+        show = not self.queue.model.show_finished
+        self.queue.set_show_finished(show)
+        self._retitle_queue()
+
     def action_top(self) -> None:
         focused = self.focused
-        if isinstance(focused, QueueTable) or focused is None:
+        if isinstance(focused, QueueView) or focused is None:
             self.queue.go_top()
         else:
             focused.scroll_home()
 
     def action_bottom(self) -> None:
         focused = self.focused
-        if isinstance(focused, QueueTable) or focused is None:
+        if isinstance(focused, QueueView) or focused is None:
             self.queue.go_bottom()
         else:
             focused.scroll_end()
@@ -593,3 +768,17 @@ class FleetApp(App[None]):
         except Exception as exc:
             self.notify(f"shutdown: {exc}", severity="error")
         self.exit()
+
+
+class PinnedKeys(Horizontal):
+    """``? help  q quit`` at the right end of the footer: the footer cuts keys that do not fit,
+    and these two must show at any width (the others are all in the help)."""
+
+    def compose(self) -> ComposeResult:
+        for key, display, description, action in (
+            ("question_mark", "?", "help", "help"),
+            ("q", "q", "quit", "quit"),
+        ):
+            footer_key = FooterKey(key, display, description, action)
+            footer_key.compact = True
+            yield footer_key

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from rich.style import Style
 from rich.text import Text
@@ -191,17 +193,19 @@ def row_values(task: Task, now: float, asking: bool = False) -> dict[str, str]:
 @dataclass(frozen=True)
 class TaskFilter:
     """``state:running coder:claude api``: every term must match (state and coder by prefix,
-    free words as substrings of the name). ``host:`` and ``name:`` work too."""
+    free words as substrings of the name). ``host:`` and ``name:`` work too; ``repo:`` is matched
+    by the queue's model, which knows each task's repository."""
 
     states: tuple[str, ...] = ()
     coders: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
     words: tuple[str, ...] = ()
     errors: tuple[str, ...] = field(default=())
+    repos: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.states or self.coders or self.hosts or self.words)
+        return not (self.states or self.coders or self.hosts or self.words or self.repos)
 
     def matches(self, task: Task, asking: bool = False) -> bool:
         name = task.name.lower()
@@ -223,6 +227,7 @@ def parse_filter(text: str) -> TaskFilter:
     coders: list[str] = []
     hosts: list[str] = []
     words: list[str] = []
+    repos: list[str] = []
     errors: list[str] = []
     for term in text.lower().split():
         key, sep, value = term.partition(":")
@@ -238,19 +243,23 @@ def parse_filter(text: str) -> TaskFilter:
             hosts.append(value)
         elif key in ("name", "n"):
             words.append(value)
+        elif key in ("repo", "r"):
+            repos.append(value)
         else:
-            errors.append(f"unknown filter key {key!r} (state, coder, host, name)")
-    return TaskFilter(tuple(states), tuple(coders), tuple(hosts), tuple(words), tuple(errors))
+            errors.append(f"unknown filter key {key!r} (state, coder, host, name, repo)")
+    return TaskFilter(tuple(states), tuple(coders), tuple(hosts), tuple(words), tuple(errors), tuple(repos))
 
 
 # ---------------------------------------------------------------------------------------- header
 
 
-def header_text(title: str, snap: Snapshot, questions: int, now: float) -> str:
-    """``fleet-tui ─ 3 running · 5 queued · 1 question · rate 42% (resets 14:05) · mem 9.8G free``"""
-    counts: dict[str, int] = {}
-    for task in snap.tasks:
-        counts[task.status.value] = counts.get(task.status.value, 0) + 1
+def header_text(title: str, snap: Snapshot, questions: int, now: float, width: int | None = None) -> str:
+    """``fleet-tui ─ 3 running · 5 queued · 1 question · rate 42% (resets 14:05) · mem 9.8G free``
+
+    With ``width``, the least useful words give way first (``free``, finished counts, the reset
+    time, the title) so that what needs the person (paused, running, parked, questions) shows."""
+    # counted in C (ten thousand tasks, several times a second under load): no .value per task
+    counts = {status.value: n for status, n in Counter(map(attrgetter("status"), snap.tasks)).items()}
     active = counts.get("running", 0) + counts.get("verifying", 0)
     parts = [f"{active} running"] if active else []
     order = ["queued", "needs_human", "paused"]
@@ -259,14 +268,26 @@ def header_text(title: str, snap: Snapshot, questions: int, now: float) -> str:
         parts.append("no tasks")
     if questions:
         parts.append(f"{questions} question{'s' if questions != 1 else ''}")
-    worst = worst_rate_limit(snap.gauges.rate_limits)
-    if worst is not None:
-        parts.append(rate_limit_text(worst, now, short=True))
-    parts.append(f"mem {size(snap.gauges.mem_available)} free")
     if snap.gauges.paused:
         parts.insert(0, "PAUSED")
-    parts += [f"{counts[s]} {s}" for s in ("done", "cancelled") if counts.get(s)]
-    return f"{title} ─ " + " · ".join(parts)
+    worst = worst_rate_limit(snap.gauges.rate_limits)
+    finished = [f"{counts[s]} {s}" for s in ("done", "cancelled") if counts.get(s)]
+    mem = size(snap.gauges.mem_available)
+    variants = [(True, True, True, True), (True, False, True, True), (True, False, False, True)]
+    variants += [(True, False, False, False), (False, False, False, False)]
+    text = ""
+    for with_title, with_free, with_finished, with_reset in variants:
+        shown = list(parts)
+        if worst is not None:
+            rate = rate_limit_text(worst, now, short=True)
+            shown.append(rate if with_reset else rate.split(" (")[0])
+        shown.append(f"mem {mem} free" if with_free else f"mem {mem}")
+        if with_finished:
+            shown += finished
+        text = (f"{title} ─ " if with_title else "") + " · ".join(shown)
+        if width is None or len(text) <= width:
+            return text
+    return text
 
 
 def worst_rate_limit(limits: Iterable[RateLimit]) -> RateLimit | None:

@@ -33,7 +33,7 @@ class FleetHeader(Static):
     """``fleet-tui ─ 3 running · 5 queued · 1 question · rate 42% (resets 14:05) · mem 9.8G free``"""
 
     def show(self, title: str, snap: Snapshot, questions: int, now: float) -> None:
-        text = header_text(title, snap, questions, now)
+        text = header_text(title, snap, questions, now, self.content_region.width or None)
         if text != getattr(self, "_last", None):
             self._last = text
             self.update(Text(text, no_wrap=True, overflow="ellipsis"))

@@ -52,7 +52,7 @@ from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store import Store
 from fleet_tui.scheduler.storeclock import StoreClock
 from fleet_tui.scheduler.verify import AgentReviewer
-from fleet_tui.scheduler.view import build_snapshot, midnight
+from fleet_tui.scheduler.view import build_snapshot, carry_over, midnight
 
 log = logging.getLogger("fleet_tui.engine")
 
@@ -747,10 +747,10 @@ class Engine(Controller):
                 agent_mem=(mem, source == "measured"),
             )
 
-        old = {t.id: t for t in self._snapshot.tasks}
-        snap = await anyio.to_thread.run_sync(work)
+        prev = self._snapshot
+        snap, moved = carry_over(prev, await anyio.to_thread.run_sync(work))
         self._snapshot = snap
-        changed = [EngineEvent(kind="task", task=t) for t in snap.tasks if old.get(t.id) != t]
+        changed = [EngineEvent(kind="task", task=t) for t in moved]
         oldq = {q.id for q in getattr(self, "_last_questions", ())}
         newq = [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
         self._last_questions = snap.questions

@@ -253,7 +253,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         # sandboxed, the agent starts a relay to the sandbox's broker, which runs the real server
         mcp_command=sandbox.mcp_relay_command() if sandboxed else mcp_command,
         mcp_env={} if sandboxed else mcp_env,
-        user_mcp=engine.cfg.mcp == "inherit",
+        user_mcp=(task.spec.mcp or engine.cfg.mcp) == "inherit",
     )
     try:
         coder.prepare(ctx)

@@ -90,6 +90,7 @@ class TaskSpec:
     sandbox_rw: tuple[str, ...] = ()  # extra writable paths in the sandbox (absolute)
     sandbox_ro: tuple[str, ...] = ()  # extra readable paths in the sandbox (absolute)
     notify_done: bool = False  # send a notification when this task is done (notify/)
+    mcp: str | None = None  # "inherit" | "fleet-only"; None: the config's ``mcp`` (the user's servers)
 
 
 @dataclass(frozen=True)
