@@ -142,7 +142,7 @@ def test_a_sandbox_that_cannot_be_had_never_starts(tmp_path: Path) -> None:
     fleet(home, "config", "set", "sandbox", "bwrap", env=env)
     fleet(home, "add", "@sim steps=1", "--coder", "sim", "--name", "nobox", "--cwd", str(tmp_path / "work"),
           env=env)  # fmt: skip
-    fleet(home, "run", "--until-idle", env=env)
+    assert fleet(home, "run", "--until-idle", env=env, check=False).returncode == 3  # needs a person
     t = by_name(home)["nobox"]
     assert t["status"] == "needs_human", t
     assert t["reason"].startswith("never_started: sandbox bwrap: bwrap not found"), t["reason"]
