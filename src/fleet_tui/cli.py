@@ -32,6 +32,11 @@ from fleet_tui.report import (
 )
 from fleet_tui.scheduler.inbox import sanitize_for_display as clean
 
+#: commands that only look: they work (with a warning) while config.toml is broken
+LENIENT_CONFIG_COMMANDS = frozenset(
+    {"status", "plan", "hosts", "logs", "questions", "doctor", "validate", "example"}
+)
+
 
 class UserError(Exception):
     """A problem the user can fix; printed without a traceback, exit 1."""
@@ -93,14 +98,35 @@ class Ctx:
     @property
     def cfg(self) -> Any:
         if self._cfg is None:
-            from fleet_tui.config import ConfigError, load_config
+            from fleet_tui.config import ConfigError, load_config, load_config_lenient
 
             self.ready_home()
             try:
                 self._cfg = load_config(self.config_path)
             except ConfigError as e:
-                raise UserError(str(e)) from e
+                if not self.read_only:
+                    raise UserError(
+                        f"{e}\nfix the config first (`fleet-tui config set KEY VALUE` or an editor)"
+                    ) from e
+                # looking must keep working while the file is broken: say so, use what is valid
+                try:
+                    self._cfg, _ = load_config_lenient(self.config_path)
+                except ConfigError as refused:  # untrusted or unreadable: never used
+                    raise UserError(str(refused)) from refused
+                print(
+                    f"fleet-tui: warning: the config is broken; its valid keys are used, defaults "
+                    f"for the rest:\n{e}\nfix: `fleet-tui config set KEY VALUE` or edit {self.config_path}",
+                    file=sys.stderr,
+                )
         return self._cfg
+
+    @property
+    def read_only(self) -> bool:
+        """Commands that only look: they work (with a warning) while config.toml is broken."""
+        cmd = getattr(self.args, "cmd", None)
+        if cmd == "config":
+            return getattr(self.args, "action", None) == "get"
+        return cmd in LENIENT_CONFIG_COMMANDS
 
     @property
     def store(self) -> Any:
@@ -178,7 +204,11 @@ def cmd_add(ctx: Ctx) -> int:
     )
     names, available = _coder_tools()
     problems = validate_spec(
-        spec, known_coders=names, existing_names=ctx.store.task_names(), coder_available=available
+        spec,
+        known_coders=names,
+        existing_names=_name_statuses(ctx),
+        coder_available=available,
+        default_coder=ctx.cfg.default_coder,
     )
     if problems:
         raise UserError("cannot add the task:\n" + "\n".join(f"  {p}" for p in problems))
@@ -187,6 +217,12 @@ def cmd_add(ctx: Ctx) -> int:
         raise UserError(res.message)
     print(res.task.id)
     return 0
+
+
+def _name_statuses(ctx: Ctx) -> dict[str, str]:
+    """Each task name in the store and the status of its newest task (a finished one's name may be
+    taken again)."""
+    return {t.name: t.status.value for t in ctx.store.list_tasks()}
 
 
 def cmd_import(ctx: Ctx) -> int:
@@ -230,7 +266,7 @@ def cmd_import(ctx: Ctx) -> int:
     planned = ghimport.plan(a.repo, issues, template, [t.spec for t in store.list_tasks()])
     specs = [p.spec for p in planned if p.spec is not None]
     names, available = _coder_tools()
-    taken = store.task_names()
+    taken = _name_statuses(ctx)
     for spec in specs:
         if problems := validate_spec(
             spec, known_coders=names, existing_names=taken, coder_available=available
@@ -256,8 +292,14 @@ def _load(ctx: Ctx, path: str) -> Any:
     if not p.is_file():
         raise UserError(f"{path}: {'not a regular file' if p.exists() else 'no such file'}")
     names, available = _coder_tools()
-    existing = ctx.store.task_names() if ctx.args.cmd == "load" else ()
-    return load_taskfile(p, known_coders=names, existing_names=existing, coder_available=available)
+    existing = _name_statuses(ctx) if ctx.args.cmd == "load" else {}
+    return load_taskfile(
+        p,
+        known_coders=names,
+        existing_names=existing,
+        coder_available=available,
+        default_coder=ctx.cfg.default_coder,
+    )
 
 
 def cmd_validate(ctx: Ctx) -> int:
@@ -295,7 +337,6 @@ def _engine(ctx: Ctx, **kw: Any) -> Any:
 
 def cmd_run(ctx: Ctx) -> int:
     import dataclasses
-    import signal
 
     a = ctx.args
     if a.max_concurrent is not None:
@@ -305,26 +346,19 @@ def cmd_run(ctx: Ctx) -> int:
     engine = _engine(ctx, host=a.host_name, tags=a.tag or ())
     if a.max_concurrent is not None:
         engine.overrides["max_concurrent"] = a.max_concurrent  # the flag wins over hot reloads
+    if a.max_wait is not None:
+        if a.max_wait < 0:
+            raise UserError("--max-wait must be 0 or more seconds")
+        engine.max_wait = a.max_wait
+    from fleet_tui.runlog import RunPrinter, run_headless
 
-    async def main() -> None:
-        async with anyio.create_task_group() as tg:
-
-            async def on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
-                    async for _ in sigs:
-                        print(
-                            "fleet-tui: stopping; agents are stopped and their tasks requeued",
-                            file=sys.stderr,
-                        )
-                        await engine.shutdown(leave_running=ctx.cfg.on_quit == "leave")
-                        return
-
-            tg.start_soon(on_signal)
-            await engine.run(until_idle=a.until_idle)
-            tg.cancel_scope.cancel()
-
+    printer = RunPrinter(as_json=a.json) if not a.quiet else None
+    if printer is not None:
+        printer.prime(ctx.store.list_tasks())
     try:
-        anyio.run(main)
+        return run_headless(
+            engine, ctx.store, until_idle=a.until_idle, on_quit=ctx.cfg.on_quit, printer=printer
+        )
     except BaseException as e:  # a store that failed for good: one clear line, no traceback
         from fleet_tui.scheduler.outage import store_error_of
 
@@ -332,15 +366,14 @@ def cmd_run(ctx: Ctx) -> int:
         if err is None:
             raise
         raise UserError(str(err)) from None
-    if a.until_idle:
-        waiting = [(n, r) for n, r in engine.idle_report]
-        if waiting:
-            print(f"idle; {len(waiting)} task(s) still wait:")
-            for n, r in waiting:
-                print(f"  {n}: {clean(r, one_line=True)}")
-        else:
-            print("idle; nothing waits")
-    return 0
+
+
+def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
+    from fleet_tui.report import fresh_waiting
+
+    return fresh_waiting(
+        ctx.store, tasks, now, max(3 * ctx.cfg.heartbeat_s, 5.0), lambda: anyio.run(_engine(ctx)._plan)
+    )
 
 
 def cmd_status(ctx: Ctx) -> int:
@@ -348,20 +381,29 @@ def cmd_status(ctx: Ctx) -> int:
         from fleet_tui.report import print_gauges
 
         return print_gauges(ctx.store, ctx.cfg, ctx.home, as_json=ctx.args.json)
+    from fleet_tui.scheduler.control import archived_ids
+
     store = ctx.store
+    now = time.time()
     tasks = store.list_tasks()
+    if not ctx.args.all:
+        hidden = archived_ids(store)
+        tasks = [t for t in tasks if t.id not in hidden]
+    tasks = _fresh_waiting(ctx, tasks, now)
     from fleet_tui.scheduler.pullrequest import link_json, link_line
     from fleet_tui.scheduler.pullrequest import links as pr_links
 
-    now = time.time()
     links = pr_links(store, tasks)
     if ctx.args.json:
+        from fleet_tui.scheduler.timing import work_s
+
         out = []
         for t in tasks:
             d = task_json(t, now)
             atts = store.attempts(t.id)
             d["verify_output"] = atts[-1].verify_output if atts else None
             d["last_outcome"] = atts[-1].outcome if atts else None
+            d["work_s"] = work_s(atts, now) if atts else None
             d["pull_request"] = link_json(links.get(t.id))
             d["issue_url"] = links.get(t.id, {}).get("issue_url")
             out.append(d)
@@ -392,7 +434,9 @@ def cmd_status(ctx: Ctx) -> int:
 def _task_or_fail(ctx: Ctx, ref: str) -> Any:
     t = ctx.store.get_task(ref)
     if t is None:
-        raise UserError(f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)")
+        from fleet_tui.scheduler.control import no_task_message
+
+        raise UserError(no_task_message(ref, ctx.store.task_names()))
     return t
 
 
@@ -476,7 +520,26 @@ def cmd_simple(ctx: Ctx) -> int:
     return 0
 
 
+def cmd_archive(ctx: Ctx) -> int:
+    """Keep finished tasks out of status and the cockpit; their records stay (``status --all``)."""
+    from fleet_tui.scheduler.control import archive
+
+    found = [_task_or_fail(ctx, ref) for ref in ctx.args.tasks]
+    busy = [t for t in found if t.status.value not in ("done", "cancelled")]
+    if busy:
+        raise UserError(
+            "only finished tasks are archived: "
+            + ", ".join(f"{t.name} is {t.status.value}" for t in busy)
+            + " (cancel a task first to archive it)"
+        )
+    archive(ctx.store, found)
+    print(f"archived {len(found)}: {', '.join(t.name for t in found)} (`fleet-tui status --all` shows them)")
+    return 0
+
+
 def cmd_questions(ctx: Ctx) -> int:
+    from fleet_tui.scheduler.inbox import choices, free_text
+
     qs = ctx.store.pending_questions()
     names = {t.id: t.name for t in ctx.store.list_tasks()}
     if ctx.args.json:
@@ -490,7 +553,8 @@ def cmd_questions(ctx: Ctx) -> int:
                         "attempt": q.attempt,
                         "asked_at": q.asked_at,
                         "text": q.text,
-                        "options": list(q.options),
+                        "options": list(choices(q)),
+                        "free_text": free_text(q),
                         "status": q.status,
                     }
                     for q in qs
@@ -502,7 +566,10 @@ def cmd_questions(ctx: Ctx) -> int:
     if not qs:
         print("no pending questions")
     for q in qs:  # agent-provided text is data: never let it drive the terminal
-        opts = f"  [{' | '.join(clean(o, one_line=True) for o in q.options)}]" if q.options else ""
+        shown = [clean(o, one_line=True) for o in choices(q)]
+        if shown and free_text(q):
+            shown.append("or any answer")
+        opts = f"  [{' | '.join(shown)}]" if shown else ""
         print(f"{q.id}  {names.get(q.task_id, q.task_id)}: {clean(q.text, one_line=True)}{opts}")
     return 0
 
@@ -524,18 +591,32 @@ def cmd_answer(ctx: Ctx) -> int:
 
 
 def cmd_config(ctx: Ctx) -> int:
-    from fleet_tui.config import ConfigError, get_value, set_value
+    from fleet_tui.config import KEYS, ConfigError, format_value, get_value, set_value
     from fleet_tui.redact import redact_config_value as _redact
 
+    key = ctx.args.key
     try:
         if ctx.args.action == "get":
-            print(_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key)))
+            try:
+                print(_redact(key, get_value(ctx.config_path, key)))
+            except ConfigError:
+                if key not in KEYS:
+                    raise
+                print(_redact(key, format_value(getattr(ctx.cfg, key))))  # lenient, warned on stderr
         else:
             if ctx.args.value is None:
                 raise UserError("config set KEY VALUE: give a value")
             ctx.ready_home()
-            set_value(ctx.config_path, ctx.args.key, ctx.args.value)
-            print(f"{ctx.args.key} = {_redact(ctx.args.key, get_value(ctx.config_path, ctx.args.key))}")
+            left = set_value(ctx.config_path, key, ctx.args.value)
+            from fleet_tui.config import load_config_lenient, parse_value
+
+            if left:
+                shown = format_value(parse_value(key, ctx.args.value))
+                print(f"{key} = {_redact(key, shown)}")
+                print("the config still has problems:\n" + "\n".join(left), file=sys.stderr)
+            else:
+                value = format_value(getattr(load_config_lenient(ctx.config_path)[0], key))
+                print(f"{key} = {_redact(key, value)}")
     except ConfigError as e:
         raise UserError(str(e)) from e
     return 0
@@ -573,13 +654,16 @@ def cmd_hosts(ctx: Ctx) -> int:
         print("no hosts have run an engine on this store yet")
     for h in hosts:
         age = now - h.heartbeat
-        state = "live" if age < max(3 * ctx.cfg.heartbeat_s, 5.0) else f"silent {fmt_dur(age)}"
+        live = age < max(3 * ctx.cfg.heartbeat_s, 5.0)
+        # a silent host's figures are its last report, not the present: say how old they are
+        state = "live" if live else f"silent {fmt_dur(age)} (its figures are that old)"
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"
         disk = format_gib(h.disk_free) if h.disk_free is not None else "?"
         load = f"{h.load:.2f}" if h.load is not None else "?"
         line = (
             f"{h.name}  {state}  cores {h.cores}  load/core {load}  mem {mem}  disk {disk}  "
-            f"running {h.running}  tags {','.join(h.tags) or '-'}  v{h.version}"
+            f"running {h.running if live else f'none now ({h.running} at its last report)'}  "
+            f"tags {','.join(h.tags) or '-'}  v{h.version}"
         )
         print(clean(line, one_line=True))  # another host wrote this row
     return 0
@@ -697,10 +781,24 @@ def cmd_demo(ctx: Ctx) -> int:
 
 
 # -- parser -------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with a did-you-mean for a mistyped command or choice (``stauts`` -> ``status``)."""
+
+    def error(self, message: str) -> Any:
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            import difflib
+
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+            if close:
+                message = f"unknown {'command' if self.prog == 'fleet-tui' else 'choice'} {m.group(1)!r}"
+                message += f" — did you mean {close[0]!r}? (`fleet-tui --help` lists them)"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fleet-tui", description="Run many coding agents in parallel from one queue."
-    )
+    p = _Parser(prog="fleet-tui", description="Run many coding agents in parallel from one queue.")
     p.add_argument("--home", help="state folder (default $FLEET_HOME, else ~/.local/state/fleet-tui)")
     p.add_argument(
         "--store", help="store URL (postgresql://... or sqlite:///path); default: fleet.db in the home"
@@ -714,7 +812,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="the cockpit on sample tasks run by the simulated agent")
     sub.add_parser("example", help="print an example tasks.toml (runs with the simulated agent)")
     r = sub.add_parser("run", help="the engine without the UI")
-    r.add_argument("--until-idle", action="store_true")
+    r.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="exit once nothing can change without a person: sits out backoffs and rate-limit "
+        "resets; exit 0 all finished, 3 something needs a person, 4 --max-wait left a wait",
+    )
+    r.add_argument(
+        "--max-wait", type=float, metavar="S", help="with --until-idle: do not sit out a wait longer than S s"
+    )
+    r.add_argument("--quiet", "-q", action="store_true", help="print no line per change, only the end")
+    r.add_argument("--json", action="store_true", help="one JSON object per line for each change")
     r.add_argument("--max-concurrent", type=int)
     r.add_argument("--store", default=argparse.SUPPRESS)  # also accepted before `run`
     r.add_argument("--host-name")
@@ -747,6 +855,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     st.add_argument("--graph", action="store_true")
     st.add_argument("--group", choices=["repo"], help="group the lines by repository, like the cockpit")
+    st.add_argument("--all", action="store_true", help="include archived tasks")
+    ar = sub.add_parser("archive", help="keep finished tasks out of status and the cockpit (records stay)")
+    ar.add_argument("tasks", nargs="+", metavar="TASK")
     st.add_argument(
         "--gauges", action="store_true", help="the gauges as text bars and sparklines (with --json: figures)"
     )
@@ -811,6 +922,7 @@ COMMANDS = {
     "merge": cmd_simple,
     "import": cmd_import,
     "questions": cmd_questions,
+    "archive": cmd_archive,
     "answer": cmd_answer,
     "config": cmd_config,
     "plan": cmd_plan,

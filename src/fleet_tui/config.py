@@ -38,6 +38,7 @@ __all__ = [
     "config_path",
     "get_value",
     "load_config",
+    "load_config_lenient",
     "parse_value",
     "set_value",
     "write_default",
@@ -431,8 +432,8 @@ def format_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:g}" if value == int(value) and abs(value) < 1e15 else repr(value)
-    if isinstance(value, tuple):
-        return ",".join(format_value(v) for v in value)
+    if isinstance(value, tuple):  # as TOML, the way the file writes it: [30, 120, 480]
+        return _toml_text(value)
     return str(value)
 
 
@@ -489,6 +490,73 @@ def load_config(path: Path) -> Config:
     return _parse(text, str(path))
 
 
+def load_config_lenient(path: Path) -> tuple[Config, str | None]:
+    """The config for read-only commands: a file whose content is broken gives its valid keys (the
+    rest at their defaults) and the problem, so ``status`` or ``config get`` still work while it
+    is broken. A file that cannot be trusted or read still raises ConfigError."""
+    try:
+        return load_config(path), None
+    except ConfigError as exc:
+        problem = str(exc)
+    # only the content may be broken: a file we must not trust (another owner, writable by
+    # others), cannot read, or that is far too big is refused as before
+    try:
+        check_trusted(Path(path), "the config")
+        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}") from None
+    values: dict[str, Any] = {}
+    try:
+        docs = [tomllib.loads(text)]
+    except (tomllib.TOMLDecodeError, RecursionError):  # line by line: keep each line that reads alone
+        docs = []
+        for line in text.splitlines():
+            try:
+                docs.append(tomllib.loads(line))
+            except tomllib.TOMLDecodeError:
+                continue
+    for doc in docs:
+        for key, value in doc.items():
+            if key in KEYS:
+                try:
+                    values[key] = _check(key, value)
+                except ConfigError:
+                    continue
+    cfg = Config(**values)
+    try:
+        _check_whole(cfg)
+    except ConfigError:
+        cfg = Config(**{k: v for k, v in values.items() if k not in ("heartbeat_s", "lease_s")})
+    return cfg, problem
+
+
+def _problems(text: str, where: str) -> list[str]:
+    try:
+        _parse(text, where)
+    except ConfigError as exc:
+        return str(exc).splitlines()
+    return []
+
+
+def _replace_line(text: str, key: str, line_text: str | None) -> str | None:
+    """Replace (or, with None, drop) the top-level ``key = ...`` lines of a file that is not valid
+    TOML — the first takes the new value, repeats are dropped — so ``config set`` can repair the
+    very line that breaks it; None when there is none."""
+    out = text.splitlines(keepends=True)
+    found = False
+    for i, line in enumerate(out):
+        stripped = line.lstrip()
+        if stripped.startswith("["):
+            break
+        if not stripped.startswith("#") and stripped.split("=", 1)[0].strip() == key and "=" in stripped:
+            new = "" if line_text is None or found else line_text + ("\n" if line.endswith("\n") else "")
+            out[i] = new
+            found = True
+    return "".join(out) if found else None
+
+
 def get_value(path: Path, key: str) -> str:
     """The value of one key as ``config get`` prints it (``none`` when an optional key is unset)."""
     if key not in KEYS:
@@ -532,18 +600,20 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def set_value(path: Path, key: str, value_str: str) -> None:
+def set_value(path: Path, key: str, value_str: str) -> list[str]:
     """Parse ``value_str`` per the key's type, validate, and write it keeping comments and layout.
 
     A key that is absent but present as a commented-out ``# key = ...`` line (as in the default
     file) is written in that line's place. ``none`` removes an optional key. The whole resulting
-    file must still load, else nothing is written. A missing file is created from the default.
+    file must still load, else nothing is written — except that a file already broken may be
+    repaired one key at a time: the edit is written when it fixes a problem and adds none (the
+    problems left are returned). A missing file is created from the default.
     """
     value = parse_value(key, value_str)
     path = Path(path)
     try:
         check_trusted(path, "the config")
-        _set_value(path, key, value)
+        return _set_value(path, key, value)
     except TrustError as exc:
         raise ConfigError(str(exc)) from None
     except OSError as exc:
@@ -553,31 +623,39 @@ def set_value(path: Path, key: str, value_str: str) -> None:
         ) from None
 
 
-def _set_value(path: Path, key: str, value: Any) -> None:
+def _set_value(path: Path, key: str, value: Any) -> list[str]:
     if not path.exists():
         write_default(path)
     try:
         text = read_capped(path, MAX_CONFIG_BYTES, "config").decode("utf-8")
     except (UnicodeDecodeError, TrustError) as exc:
         raise ConfigError(f"{path}: fix the file first, it is not UTF-8 text: {exc}") from None
+    before = _problems(text, str(path))
+    new_text: str | None = None
     try:
         doc = tomlkit.parse(text)
     except (tomlkit.exceptions.ParseError, RecursionError) as exc:
-        raise ConfigError(f"{path}: fix the file first, it is not valid TOML: {exc}") from None
-    new_text: str | None = None
-    if value is None:
-        if key in doc:
-            del doc[key]
-    elif key in doc:
-        doc[key] = tomlkit.item(_plain(value))
-    else:
-        new_text = _uncomment(text, key, f"{key} = {_toml_text(value)}")
+        # not TOML: the line of this very key may be what breaks it; replace it and see
+        new_text = _replace_line(text, key, None if value is None else f"{key} = {_toml_text(value)}")
         if new_text is None:
-            doc.add(key, tomlkit.item(_plain(value)))
+            raise ConfigError(f"{path}: fix the file first, it is not valid TOML: {exc}") from None
     if new_text is None:
-        new_text = tomlkit.dumps(doc)
-    _parse(new_text, str(path))  # never write a file that would not load
+        if value is None:
+            if key in doc:
+                del doc[key]
+        elif key in doc:
+            doc[key] = tomlkit.item(_plain(value))
+        else:
+            new_text = _uncomment(text, key, f"{key} = {_toml_text(value)}")
+            if new_text is None:
+                doc.add(key, tomlkit.item(_plain(value)))
+        if new_text is None:
+            new_text = tomlkit.dumps(doc)
+    after = _problems(new_text, str(path))
+    if after and (not before or len(after) >= len(before) or not set(after) <= set(before)):
+        raise ConfigError("\n".join(after))  # never write a file that loads worse than before
     _atomic_write(path, new_text)
+    return after
 
 
 def _uncomment(text: str, key: str, line_text: str) -> str | None:

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fleet_tui.repos import group_order, repo_labels, repo_root, urgency
 from fleet_tui.scheduler.inbox import sanitize_for_display
-
-
-def elapsed(t: Any, now: float) -> float | None:
-    if t.started_at is None:
-        return None
-    end = t.finished_at if t.status.value in ("done", "cancelled", "needs_human") and t.finished_at else now
-    return max(0.0, end - (t.attempt_started_at or t.started_at))
+from fleet_tui.scheduler.timing import elapsed
 
 
 def task_json(t: Any, now: float) -> dict[str, Any]:
@@ -178,6 +174,33 @@ def event_line(e: Any) -> str:
     if len(body) > 400:
         body = body[:400] + "…"
     return f"{ts} a{e.attempt} {e.kind:<12} {body}"
+
+
+def fresh_waiting(
+    store: Any, tasks: list[Any], now: float, stale_s: float, plan: Callable[[], list[tuple[Any, Any]]]
+) -> list[Any]:
+    """With no engine live, stored waiting reasons are stale (nobody re-plans): say so on stderr
+    and compute them now with ``plan`` (as ``fleet-tui plan`` does). With an engine live, they are
+    its own, fresh."""
+    if store.live_engines(now, stale_s):
+        return tasks
+    seen = [h.heartbeat for h in store.hosts()]
+    last = f" (last seen {fmt_dur(now - max(seen))} ago)" if seen else ""
+    print(
+        f"fleet-tui: no engine is running on this store{last}: nothing starts until one does "
+        "(`fleet-tui run` or the cockpit); waiting reasons below are computed now",
+        file=sys.stderr,
+    )
+    if not any(t.status.value == "queued" for t in tasks):
+        return tasks
+    decisions = {t.id: d for t, d in plan()}
+    out = []
+    for t in tasks:
+        d = decisions.get(t.id)
+        if d is not None:
+            t = dataclasses.replace(t, waiting="ready: starts when an engine runs" if d.ok else d.reason)
+        out.append(t)
+    return out
 
 
 def print_gauges(store: Any, cfg: Any, home: Path, *, as_json: bool) -> int:

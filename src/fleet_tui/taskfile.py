@@ -305,6 +305,8 @@ class _Checks:
     ) -> None:
         self.known = tuple(known_coders)
         self.available = coder_available
+        #: the config's default coder: a task that names none runs with it, so it is checked too
+        self.default_coder: str | None = None
         self._git_cache: dict[tuple[str, ...], tuple[int, str]] = {}
         self._avail: dict[str, tuple[bool, str]] = {}
 
@@ -349,7 +351,11 @@ class _Checks:
                 "(run `git init` there, or drop git_ref to run in the folder itself)"
             )
         if self._git("-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")[0] != 0:
-            return f"git_ref {ref!r} is not a branch, tag or commit in {top}"
+            refs = self._git(
+                "-C", top, "for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags"
+            )
+            hint = did_you_mean(ref, refs[1].split()) if refs[0] == 0 else ""
+            return f"git_ref {ref!r} is not a branch, tag or commit in {top}{hint}"
         return None
 
 
@@ -402,6 +408,7 @@ def load_taskfile(
     known_coders: Collection[str],
     existing_names: Collection[str] = (),
     coder_available: Callable[[str], tuple[bool, str]] | None = None,
+    default_coder: str | None = None,
 ) -> TaskFileResult:
     """Parse and validate a task file, reporting every problem with its file:line.
 
@@ -436,8 +443,9 @@ def load_taskfile(
             rep.err((key,), f"unknown top-level key {key!r}{hint}")
     if "task" not in doc:
         rep.warn(1, "no tasks: add a [[task]] table with a name and a prompt")
-    raws = _check_tasks(doc, Path(path).resolve().parent, _Checks(known_coders, coder_available),
-                        existing_names, rep)  # fmt: skip
+    checks = _Checks(known_coders, coder_available)
+    checks.default_coder = default_coder
+    raws = _check_tasks(doc, Path(path).resolve().parent, checks, existing_names, rep)
     specs = tuple(_build_spec(r.values, f"{fname}:{r.header}") for r in raws if "name" in r.values)
     return TaskFileResult(
         specs=specs,
@@ -495,8 +503,13 @@ def _check_tasks(
         line = rep.line(raw.where["name"])
         if name in seen:
             rep.err(line, f"duplicate task name {name!r} (first used at line {seen[name]})")
-        elif name in existing_names:
-            rep.err(line, f"name already queued: {name!r} (pick another name, or cancel the queued task)")
+        elif name in existing_names and _status_of(existing_names, name) not in ("done", "cancelled"):
+            status = _status_of(existing_names, name) or "not finished"
+            rep.err(
+                line,
+                f"a task named {name!r} is {status}: names are unique among unfinished tasks "
+                "(pick another name, or let that task finish or cancel it first)",
+            )
         else:
             seen[name] = line
 
@@ -516,6 +529,12 @@ def _check_tasks(
             named[cycle[0]].where["depends_on"], f"depends_on cycle: {path} (no task in it could ever start)"
         )
     return raws
+
+
+def _status_of(existing: Collection[str], name: str) -> str | None:
+    """The status of an existing task when ``existing`` maps names to statuses (a finished task's
+    name may be taken again), else None."""
+    return existing.get(name) if isinstance(existing, Mapping) else None
 
 
 def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
@@ -539,6 +558,17 @@ def _check_task(raw: _Raw, base: Path, checks: _Checks, rep: _Report) -> None:
         rep.warn(where["command"], f"command is only run by the shell coder; coder {coder!r} ignores it")
     if coder is not None and (msg := checks.coder(coder)):
         rep.err(where["coder"], msg)
+    elif (
+        coder is None
+        and "coder" not in raw.broken
+        and checks.default_coder
+        and (msg := checks.coder(checks.default_coder))
+    ):
+        rep.err(
+            raw.header,
+            f"{msg} (it is the default coder: name another with coder = ..., or "
+            "`fleet-tui config set default_coder NAME`)",
+        )
     for k, ver in enumerate(_entries(v.get("verify"))):
         if "coder" in ver and (msg := checks.coder(ver["coder"])):
             rep.err((*where["verify"], k, "coder"), f"verifier: {msg}")
@@ -689,6 +719,7 @@ def validate_spec(
     known_coders: Collection[str],
     existing_names: Collection[str] = (),
     coder_available: Callable[[str], tuple[bool, str]] | None = None,
+    default_coder: str | None = None,
 ) -> list[str]:
     """Problems with one task built outside a file (messages without file:line; [] when fine).
 
@@ -697,7 +728,9 @@ def validate_spec(
     """
     table = spec_table(spec)
     rep = _Report("", {})
-    _check_tasks({"task": [table]}, Path.cwd(), _Checks(known_coders, coder_available), existing_names, rep)
+    checks = _Checks(known_coders, coder_available)
+    checks.default_coder = default_coder
+    _check_tasks({"task": [table]}, Path.cwd(), checks, existing_names, rep)
     return [e.message for e in rep.errors]
 
 

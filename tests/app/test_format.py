@@ -59,8 +59,11 @@ def test_row_values_elapsed_and_context() -> None:
     assert fmt.coder_model(t) == "claude/sonnet"
     assert row["coder"] == "claude/son…"  # cut to the column width, with an ellipsis
     assert row["attempt"] == "2"
+    # one definition with `status`: the current or last attempt; time in the queue never counts
     done = replace(t, status=S.DONE, finished_at=172.0)
-    assert fmt.row_values(done, now=999.0)["elapsed"] == "1m12s"
+    assert fmt.row_values(done, now=999.0)["elapsed"] == "12s"
+    backoff = replace(t, status=S.QUEUED, updated_at=175.0, not_before=900.0)
+    assert fmt.row_values(backoff, now=800.0)["elapsed"] == "15s"
 
 
 @pytest.mark.parametrize(

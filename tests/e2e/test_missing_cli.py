@@ -96,14 +96,16 @@ def test_plan_says_the_program_is_missing(tmp_path: Path, paths: tuple[str, str]
 def test_claimed_task_goes_to_needs_human_once(tmp_path: Path, paths: tuple[str, str]) -> None:
     bare, present = paths
     home = _added_while_present(tmp_path, present)
-    out = run(home, bare, "run", "--until-idle").stdout
+    p = run(home, bare, "run", "--until-idle", check=False)
+    assert p.returncode == 3, p.stdout + p.stderr  # parked: a person must install it
+    out = p.stdout
     (t,) = status(home)
     assert t["status"] == "needs_human", (t, out)
     reason = t["reason"] or ""
     assert reason.startswith("never_started:") and "gemini" in reason and HINT in reason, reason
     assert t["retries_used"] == 0 and t["attempt"] == 1, t
     # no loop: a second engine leaves it parked, and exactly one claim was ever made
-    run(home, bare, "run", "--until-idle")
+    assert run(home, bare, "run", "--until-idle", check=False).returncode == 3
     (again,) = status(home)
     assert (again["status"], again["attempt"], again["reason"]) == ("needs_human", 1, reason)
     store = open_store(None, str(home))

@@ -102,8 +102,11 @@ class Fleet:
         out = self("add", prompt, "--coder", coder, "--name", name, "--cwd", str(self.work), *extra)
         return out.stdout.strip()
 
-    def run_until_idle(self) -> subprocess.CompletedProcess[str]:
-        return self("run", "--until-idle", timeout=RUN_TIMEOUT_S)
+    def run_until_idle(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        """Exit 0 (all finished), 3 (a task needs a person) or 4 (``--max-wait`` left a wait)."""
+        p = self("run", "--until-idle", *extra, timeout=RUN_TIMEOUT_S, check=False)
+        assert p.returncode in (0, 3, 4), (p.returncode, p.stdout, p.stderr)
+        return p
 
     def run_bg(self) -> subprocess.Popen[bytes]:
         return fleet_bg(self.home, "run", "--until-idle", env=self.env, log=self.logs / "run.log")
@@ -267,7 +270,7 @@ def claude_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
     with serve_anthropic(script) as (url, rec):
         claude_env(fl, url, CLAUDE_CODE_MAX_RETRIES="1")
         fl.add("claude", "limited", "Say something")
-        out = fl.run_until_idle()
+        out = fl.run_until_idle("--max-wait", "0")  # the limit never ends: do not sit it out
         calls = len(rec.model_requests())
     return LimitedRun(fl, "claude", out.stdout, calls)
 
@@ -367,7 +370,7 @@ def codex_limited(tmp_path_factory: pytest.TempPathFactory) -> LimitedRun:
     with serve_openai_responses(script) as (url, rec):
         codex_env(fl, url, retries=1)
         fl.add("codex", "limited", "Say something", "--model", "fake-model")
-        out = fl.run_until_idle()
+        out = fl.run_until_idle("--max-wait", "0")  # the limit never ends: do not sit it out
         calls = len(rec.model_requests())
     return LimitedRun(fl, "codex", out.stdout, calls)
 

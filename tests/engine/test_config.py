@@ -168,10 +168,10 @@ def test_parse_value() -> None:
 def test_get_value(tmp_path: Path) -> None:
     path = write(tmp_path / "config.toml", "max_concurrent = 6\nhost_tags = ['a', 'b']\n")
     assert get_value(path, "max_concurrent") == "6"
-    assert get_value(path, "host_tags") == "a,b"
+    assert get_value(path, "host_tags") == '["a", "b"]'  # arrays as TOML, as the file has them
     assert get_value(path, "default_model") == "none"
     assert get_value(path, "rate_limit_threshold") == "0.9"
-    assert get_value(path, "retry_backoff_s") == "30,120,480"
+    assert get_value(path, "retry_backoff_s") == "[30, 120, 480]"
     assert get_value(path, "keep_worktrees") == "false"
     with pytest.raises(ConfigError, match="did you mean 'host_tags'"):
         get_value(path, "host_tag")

@@ -16,6 +16,7 @@ from fleet_tui.scheduler.gate import (
     GateInputs,
     claim_order,
     decide,
+    hhmmss,
     plan,
     resolve_coder,
 )
@@ -324,15 +325,15 @@ def test_plan_counts_slots_in_priority_order() -> None:
     assert names == ["t5", "t4", "t3", "t2", "t1", "t0"]
     oks = [d.ok for _, d in got]
     assert oks == [True, True, True, False, False, False]
-    assert got[3][1].reason == "slots full: 4/4 running"
-    assert got[5][1].reason == "slots full: 4/4 running"
+    assert got[3][1].reason == "slots full: 1/4 running + 3 starting before it"
+    assert got[5][1].reason == "slots full: 1/4 running + 3 starting before it"
 
 
 def test_plan_fifth_task_at_cap_four() -> None:
     tasks = [task(f"t{i}", created_at=float(i)) for i in range(5)]
     got = plan(tasks, CFG, inputs(), MemoryModel(), default_coder="sim")
     assert [t.name for t, _ in got] == ["t0", "t1", "t2", "t3", "t4"]  # same priority: oldest first
-    assert [d.reason for _, d in got] == [None] * 4 + ["slots full: 4/4 running"]
+    assert [d.reason for _, d in got] == [None] * 4 + ["slots full: 0/4 running + 4 starting before it"]
 
 
 def test_plan_takes_memory_per_admitted_agent() -> None:
@@ -354,8 +355,20 @@ def test_plan_failed_task_does_not_take_a_slot() -> None:
     assert [(t.name, d.reason) for t, d in got] == [
         ("needs-docker", "needs tags: docker"),
         ("a", None),
-        ("b", "slots full: 1/1 running"),
+        ("b", "slots full: 0/1 running + 1 starting before it"),
     ]
+
+
+def test_small_words_limits_and_resets() -> None:
+    """Point 15: a limit of 0.01 prints as written, and a rate-limit label shows the grace after
+    the account's reset (the task starts at the retry time, not at the reset)."""
+    cfg = GateConfig(max_concurrent=4, max_load_per_core=0.01)
+    assert reason(cfg=cfg, load_per_core=0.5) == "load 0.50/core > 0.01"
+    assert reason(cfg=cfg, load_per_core=0.011) == "load 0.011/core > 0.01"
+    now = inputs().now
+    rejected = RateLimit(account="claude", status="rejected", resets_at=now + 600, observed_at=now)
+    d = decide(task(), "claude", CFG, inputs(rate_limits=limits((rejected, now + 630))), MemoryModel())
+    assert d.reason == f"rate limit claude resets {hhmm(now + 600)}, retry {hhmmss(now + 630)}"
 
 
 def test_plan_skips_non_queued_and_honours_held_and_backoff() -> None:

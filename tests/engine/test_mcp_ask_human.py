@@ -257,7 +257,7 @@ def test_started_outside_fleet_the_tool_explains(fleet: Fleet) -> None:
     desc = tool.description.lower()
     for needle in ("captcha", "one-time code", "login", "credential"):
         assert needle in desc
-    assert set(tool.input_schema["properties"]) == {"question", "options"}
+    assert set(tool.input_schema["properties"]) == {"question", "options", "allow_free_text"}
     assert tool.input_schema["required"] == ["question"]
     assert res.is_error
     assert "outside fleet-tui" in text_of(res) and "FLEET_TASK_ID" in text_of(res)
@@ -374,6 +374,18 @@ def test_a_newer_attempt_cancels_the_question(fleet: Fleet) -> None:
 
 
 # -- inbox rules -----------------------------------------------------------------------------------
+def test_an_answer_outside_the_options_is_refused_unless_free_text(fleet: Fleet) -> None:
+    q = inbox.ask(fleet.store, fleet.task_id, 1, "Deploy where?", ["staging", "prod"], time.time())
+    ok, msg = inbox.answer(fleet.store, q.id, "prood", "me", time.time())
+    assert not ok and "did you mean 'prod'" in msg, msg
+    assert inbox.answer(fleet.store, q.id, "2", "me", time.time())[0]
+    got = fleet.store.get_question(q.id)
+    assert got is not None and got.answer == "prod"
+    free = inbox.ask(fleet.store, fleet.task_id, 1, "Name?", ["x"], time.time(), allow_free_text=True)
+    assert inbox.free_text(free) and inbox.choices(free) == ("x",)
+    assert inbox.answer(fleet.store, free.id, "something else", "me", time.time())[0]
+
+
 def test_inbox_answer_race_between_threads(fleet: Fleet) -> None:
     q = inbox.ask(fleet.store, fleet.task_id, 1, "  Pick one  ", ["a", " a ", "", "b"], time.time())
     assert q.text == "Pick one" and q.options == ("a", "b")
@@ -383,9 +395,10 @@ def test_inbox_answer_race_between_threads(fleet: Fleet) -> None:
 
     def answer(i: int) -> None:
         barrier.wait()
-        r = inbox.answer(fleet.store, q.id, f"answer {i}", f"person {i}", time.time())
+        pick = q.options[i % 2]  # a choice takes one of its options
+        r = inbox.answer(fleet.store, q.id, pick, f"person {i}", time.time())
         with lock:
-            results.append((f"answer {i}", r))
+            results.append((pick, r))
 
     threads = [threading.Thread(target=answer, args=(i,)) for i in range(8)]
     for t in threads:
@@ -612,7 +625,7 @@ def test_answer_is_refused_inside_an_agents_attempt(fleet: Fleet, tmp_path: Path
     added = run("add", "try to answer", "--coder", "shell", "--command", cmd, "--name", "sneaky")
     assert added.returncode == 0, added.stderr
     ran = run("run", "--until-idle")
-    assert ran.returncode == 0, ran.stderr
+    assert ran.returncode == 3, ran.stderr  # the paused task needs a person
     text = out.read_text()
     assert "answer refused" in text and "rc=1" in text, text
     assert fleet.store.get_question(q.id).status == "pending"

@@ -249,8 +249,14 @@ def _result(
         ({"retries_used": 2}, _result(stop="stalled"), S.NEEDS_HUMAN, "stalled", False),
         ({}, _result(stop="timeout"), S.QUEUED, "timeout: why", True),
         ({"retries_used": 2}, _result(stop="timeout"), S.NEEDS_HUMAN, "timeout: why", False),
-        ({}, _result(stop="context_pressure"), S.QUEUED, "context handoff: why", False),
-        ({"handoffs": 3}, _result(stop="context_pressure"), S.NEEDS_HUMAN, "context_pressure", False),
+        ({}, _result("failure", None, stop="context_pressure"), S.QUEUED, "context handoff: why", False),
+        (
+            {"handoffs": 3},
+            _result("failure", None, stop="context_pressure"),
+            S.NEEDS_HUMAN,
+            "context_pressure",
+            False,
+        ),
         ({}, _result("context_pressure", 1), S.QUEUED, "context handoff", False),
         ({}, _result(stop="over_budget"), S.NEEDS_HUMAN, "over_budget: why", False),
         ({}, _result(stop="killed_by_user"), S.NEEDS_HUMAN, "killed_by_user", False),
@@ -305,21 +311,49 @@ def test_retry_backoff_grows_jittered_and_repeats_its_last_step() -> None:
 
 
 @pytest.mark.parametrize(
-    ("task_kw", "passed", "claimed", "status", "reason", "fc"),
+    ("task_kw", "passed", "claimed", "nothing", "status", "reason", "fc"),
     [
-        ({}, True, True, S.DONE, None, False),
-        ({}, False, True, S.QUEUED, "verify_failed: run: x", True),
-        ({}, False, False, S.QUEUED, "verify_failed: run: x", False),
-        ({"false_completions": 2}, False, True, S.NEEDS_HUMAN, "false_completion", True),
-        ({"false_completions": 2}, False, False, S.QUEUED, "verify_failed: run: x", False),
-        ({"retries_used": 2, "max_retries": 2}, False, False, S.NEEDS_HUMAN, "verify_failed: run: x", False),
+        ({}, True, True, False, S.DONE, None, False),
+        # an honest draft a verifier rejects is not a false completion
+        ({}, False, True, False, S.QUEUED, "verify_failed: run: x", False),
+        ({}, False, True, True, S.QUEUED, "verify_failed: run: x", True),
+        ({}, False, False, True, S.QUEUED, "verify_failed: run: x", False),
+        ({"false_completions": 2}, False, True, True, S.NEEDS_HUMAN, "false_completion", True),
+        ({"false_completions": 2}, False, True, False, S.QUEUED, "verify_failed: run: x", False),
+        ({"false_completions": 2}, False, False, False, S.QUEUED, "verify_failed: run: x", False),
+        # max_retries=2: the third failed verification parks with what happened
+        ({"retries_used": 2}, False, True, False, S.NEEDS_HUMAN, "verify_failed: run: x", False),
+        ({"retries_used": 2}, False, False, False, S.NEEDS_HUMAN, "verify_failed: run: x", False),
     ],
 )
 def test_after_verify_table(
-    task_kw: dict[str, Any], passed: bool, claimed: bool, status: S, reason: str | None, fc: bool
+    task_kw: dict[str, Any],
+    passed: bool,
+    claimed: bool,
+    nothing: bool,
+    status: S,
+    reason: str | None,
+    fc: bool,
 ) -> None:
-    v = after_verify(_task(**task_kw), passed, None if passed else "run: x", claimed, POLICY, NOW)
+    v = after_verify(
+        _task(**task_kw), passed, None if passed else "run: x", claimed, POLICY, NOW, nothing_done=nothing
+    )
     assert (v.status, v.reason, v.false_completion) == (status, reason, fc)
+
+
+def test_a_finished_agent_over_the_context_line_is_verified_not_handed_off() -> None:
+    """Point 2: exit 0 with a success result, stopped for context pressure meanwhile: verify."""
+    v = decide(_task(), _result(stop="context_pressure"), POLICY, NOW)
+    assert (v.status, v.verify, v.handoff) == (S.VERIFYING, True, False)
+    stopped = _result("failure", None, stop="context_pressure", exit_reason="stopped")
+    mid = decide(_task(), stopped, POLICY, NOW)
+    assert (mid.status, mid.handoff) == (S.QUEUED, True)
+
+
+def test_the_budget_covers_every_attempt() -> None:
+    """Point 3: $0.30 spent before + $0.35 now > $0.60 budget, though this attempt alone is under."""
+    v = decide(_task(budget_usd=0.6), _result(cost=0.35), POLICY, NOW, spent_before=0.3)
+    assert v.status == S.NEEDS_HUMAN and (v.reason or "").startswith("over_budget: cost $0.65")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,13 +649,23 @@ async def test_a_parked_dependency_cascades_three_levels_and_back_on_retry(
     )
     await f.idle()
     assert (await f.task("base")).status == S.NEEDS_HUMAN
-    for name, parent in (("mid", "base"), ("leaf", "mid"), ("leaf2", "leaf")):
+    # each names its direct parent and the root cause
+    for name, why in (
+        ("mid", "dependency_failed: base (retries_exhausted)"),
+        ("leaf", "dependency_failed: mid ← base (retries_exhausted)"),
+        ("leaf2", "dependency_failed: leaf ← base (retries_exhausted)"),
+    ):
         t = await f.task(name)
-        assert (t.status, t.reason, t.attempt) == (S.NEEDS_HUMAN, f"dependency_failed:{parent}", 0)
+        assert (t.status, t.reason, t.attempt) == (S.NEEDS_HUMAN, why, 0)
     assert (await f.task("bystander")).status == S.DONE
     graph = _cli(f.home, "status", "--graph")
     assert "base [needs_human]" in graph and "leaf2 [needs_human]" in graph
-    assert "dependency_failed:leaf" in graph
+    assert "dependency_failed: leaf ← base" in graph
+    # retrying a child whose parent is parked says so, and changes nothing
+    res = await f.engine.retry("leaf")
+    assert not res.ok and "depends on mid, which is needs_human" in res.message, res.message
+    assert "retry mid first" in res.message
+    assert (await f.task("leaf")).status == S.NEEDS_HUMAN
 
     res = await f.engine.retry("base")
     assert res.ok, res.message
@@ -647,8 +691,8 @@ async def test_a_cancelled_dependency_parks_its_dependents(make_fleet: Callable[
     res = await f.engine.cancel("a")
     assert res.ok, res.message
     assert ((await f.task("b")).reason, (await f.task("c")).reason) == (
-        "dependency_failed:a",
-        "dependency_failed:b",
+        "dependency_failed: a (cancelled)",
+        "dependency_failed: b ← a (cancelled)",
     )
     graph = _cli(f.home, "status", "--graph")
     lines = graph.splitlines()
@@ -722,7 +766,9 @@ async def test_high_utilisation_holds_new_spawns_before_the_limit(make_fleet: Ca
         f.spec("next-a", "@sim steps=1", model="acct-a", priority=5),
         f.spec("next-b", "@sim steps=1", model="acct-b"),
     )
+    f.engine.max_wait = 60  # until-idle sits out a reset; this one is an hour away
     await f.idle()
+    assert f.engine.left_time_waits
     t = await f.task("next-a")
     assert (t.status, t.waiting) == (S.QUEUED, "rate limit sim:acct-a at 95% >= 90%")
     assert (await f.task("next-b")).status == S.DONE
@@ -866,7 +912,9 @@ def test_the_runner_stops_an_attempt_whose_running_cost_passes_the_budget(tmp_pa
 async def test_the_fleet_daily_budget_stops_new_starts(make_fleet: Callable[..., Fleet]) -> None:
     f = make_fleet(max_concurrent=1, budget_usd_daily=2.0)
     await f.add(f.spec("first", "@sim cost=2.5 steps=1", priority=9), f.spec("second", "@sim steps=1"))
+    f.engine.max_wait = 60  # until-idle would sit out the wait for the new day
     await f.idle()
+    assert f.engine.left_time_waits
     assert (await f.task("first")).status == S.DONE
     t = await f.task("second")
     assert (t.status, t.attempt) == (S.QUEUED, 0)

@@ -154,7 +154,7 @@ def test_add_and_get_by_id_and_name(store: Any) -> None:
 
 def test_duplicate_names_are_refused_atomically(store: Any) -> None:
     store.add_tasks([spec("a")], NOW)
-    with pytest.raises(DuplicateName, match="'a' already exists"):
+    with pytest.raises(DuplicateName, match="'a' is queued: names are unique among unfinished tasks"):
         store.add_tasks([spec("b"), spec("a")], NOW)
     with pytest.raises(DuplicateName):
         store.add_tasks([spec("c"), spec("c")], NOW)
@@ -162,6 +162,17 @@ def test_duplicate_names_are_refused_atomically(store: Any) -> None:
         store.add_tasks([spec("d"), spec("e", depends_on=("nope",))], NOW)
     assert store.task_names() == {"a"}
     assert claim(store).name == "a" and claim(store) is None
+
+
+def test_a_finished_task_frees_its_name_and_keeps_its_records(store: Any) -> None:
+    (old,) = store.add_tasks([spec("a")], NOW)
+    store.transition(old.id, TaskStatus.CANCELLED, reason="cancelled by user", now=NOW)
+    (new,) = store.add_tasks([spec("a")], NOW + 1)
+    assert new.id != old.id and store.get_task("a").id == new.id  # by name: the newest
+    assert store.get_task(old.id).name == "a" and store.get_task(old.id).status == TaskStatus.CANCELLED
+    assert store.task_names() == {"a"}
+    (child,) = store.add_tasks([spec("b", depends_on=("a",))], NOW + 2)
+    assert [d.id for d in store.dependencies(child.id)] == [new.id]
 
 
 def test_claim_order_priority_then_age(store: Any) -> None:

@@ -274,12 +274,13 @@ def test_bad_names_and_duplicates(tmp_path: Path) -> None:
         prompt = "z"
     """,
     )
-    errs = load(path, existing_names={"queued-before"})
+    errs = load(path, existing_names={"queued-before": "queued"})
     assert errs[0].startswith(f"{path}:2: bad name 'Bad Name': use only lowercase letters")
     assert "'bad-name'" in errs[0]
     assert errs[1] == f"{path}:8: duplicate task name 'dup' (first used at line 5)"
     assert errs[2] == (
-        f"{path}:11: name already queued: 'queued-before' (pick another name, or cancel the queued task)"
+        f"{path}:11: a task named 'queued-before' is queued: names are unique among unfinished tasks "
+        "(pick another name, or let that task finish or cancel it first)"
     )
     assert len(errs) == 3
 
@@ -532,7 +533,10 @@ def test_validate_spec(tmp_path: Path) -> None:
     dup = TaskSpec(name="fine", prompt="x", cwd=str(tmp_path / "repo"), git_ref="nope")
     problems = validate_spec(dup, known_coders=CODERS, existing_names=["fine"])
     assert len(problems) == 2
-    assert any(p.startswith("name already queued: 'fine'") for p in problems)
+    assert any(p.startswith("a task named 'fine' is not finished") for p in problems)
+    # a finished task's name may be taken again (the store keeps the old task under its id)
+    again = validate_spec(dup, known_coders=CODERS, existing_names={"fine": "done"})
+    assert not any("'fine'" in p for p in again), again
     assert any(p.startswith("git_ref 'nope' is not a branch, tag or commit") for p in problems)
     shell = TaskSpec(name="sh", prompt="", cwd=str(tmp_path), coder="shell", command="make")
     assert validate_spec(shell, known_coders=CODERS) == []

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from fleet_tui.scheduler.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import Event, Question, RateLimit, Snapshot, Task
-from fleet_tui.scheduler.states import ACTIVE, TaskStatus
+from fleet_tui.scheduler.states import TaskStatus
 
 #: one glyph per state; "asking" overrides the state's glyph
 GLYPHS: dict[str, str] = {
@@ -153,14 +153,8 @@ def _state_text(task: Task, asking: bool) -> str:
 
 
 def elapsed(task: Task, now: float) -> float | None:
-    """Time of the current attempt while active, else first start to finish (or now)."""
-    if task.status in ACTIVE:
-        start = task.attempt_started_at or task.started_at
-        return None if start is None else now - start
-    if task.started_at is None:
-        return None
-    end = task.finished_at or (task.updated_at if task.status == TaskStatus.PAUSED else None) or now
-    return end - task.started_at
+    """The one definition the CLI uses too (``Task.elapsed``): the current or last attempt."""
+    return task.elapsed(now)
 
 
 def context_pct(task: Task) -> str:
@@ -316,7 +310,8 @@ def rate_limit_text(rl: RateLimit, now: float, short: bool = False) -> str:
 
 
 def question_line(q: Question, task_name: str) -> str:
-    opts = f" [{' / '.join(q.options)}]" if q.options else ""
+    picks = list(q.choices) + (["…"] if q.options and q.free_text else [])
+    opts = f" [{' / '.join(picks)}]" if picks else ""
     return inert(f"{task_name}: {q.text}{opts}", one_line=True)
 
 

@@ -107,11 +107,11 @@ class Inbox(Vertical):
         who = item.task_name if item else question.task_id
         self.query_one("#answer-question", Static).update(Text(inert(f"{who} asks: {question.text}")))
         options = self.query_one("#answer-options", OptionList)
+        picks = question.choices  # without the marker of a question that also takes free text
         options.set_options(
-            Option(Text(inert(f"{n}. {opt}", one_line=True)), id=str(n - 1))
-            for n, opt in enumerate(question.options, 1)
+            Option(Text(inert(f"{n}. {opt}", one_line=True)), id=str(n - 1)) for n, opt in enumerate(picks, 1)
         )
-        options.display = bool(question.options)
+        options.display = bool(picks)
         self.query_one("#answer-form").display = True
         self.add_class("answering")
         if self.parent is not None:
@@ -121,7 +121,7 @@ class Inbox(Vertical):
         inp.value = ""
         inp.placeholder = (
             "type an answer, or up/down to pick a choice; Enter sends, Esc cancels"
-            if question.options
+            if picks
             else "type an answer; Enter sends, Esc cancels"
         )
         # focus stays in the text field, so fast typing never lands on a cockpit key

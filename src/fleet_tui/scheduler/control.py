@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,9 +142,8 @@ class Controller:
     async def _get(self, ref: str) -> Task | CommandResult:
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is None:
-            return CommandResult(
-                False, f"no task {ref!r} (give an id or a unique name; `fleet-tui status` lists them)"
-            )
+            names = await anyio.to_thread.run_sync(self.store.task_names)
+            return CommandResult(False, no_task_message(ref, names))
         return task
 
     async def _on_running(self, task: Task, verb: str) -> CommandResult | None:
@@ -196,6 +195,17 @@ class Controller:
             return CommandResult(False, f"{task.name} is done; add a new task to redo it")
         if task.status == TaskStatus.QUEUED:
             return await self._direct(task, TaskStatus.QUEUED, "retry by user", not_before=None)
+        if task.status not in ACTIVE:
+            deps = await anyio.to_thread.run_sync(self.store.dependencies, task.id)
+            parked = [d for d in deps if d.status in PARKED]
+            if parked:  # it would only wait for a parent that waits for a person
+                d = parked[0]
+                return CommandResult(
+                    False,
+                    f"cannot retry {task.name}: it depends on {d.name}, which is {d.status.value}"
+                    + (f" ({d.reason})" if d.reason else "")
+                    + f"; retry {d.name} first (its dependents come back with it)",
+                )
         res = await self._on_running(task, "retry")
         if res is not None:
             return res
@@ -252,6 +262,13 @@ class Controller:
         q = await anyio.to_thread.run_sync(self.store.get_question, question_id)
         if q is None:
             return CommandResult(False, f"no question {question_id!r} (`fleet-tui questions` lists them)")
+        if q.status == "pending":
+            from fleet_tui.scheduler.inbox import check_answer
+
+            checked, why = check_answer(q, text)
+            if checked is None:
+                return CommandResult(False, f"{why}; answer with one of them")
+            text = checked
         ok = await anyio.to_thread.run_sync(
             self.store.answer_question, question_id, text, self.actor, self.clock()
         )
@@ -300,14 +317,70 @@ class Controller:
         return await anyio.to_thread.run_sync(task_diff, self.home, task)
 
 
+#: the store setting that lists archived tasks (JSON list of ids): finished tasks kept out of the
+#: views (status, the cockpit) with every record intact; ``status --all`` shows them
+ARCHIVED_KEY = "archived_tasks"
+
+
+def archived_ids(store: Store) -> set[str]:
+    import json
+
+    raw = store.get_setting(ARCHIVED_KEY)
+    try:
+        ids = json.loads(raw) if raw else []
+    except ValueError:
+        return set()
+    return {str(i) for i in ids} if isinstance(ids, list) else set()
+
+
+def archive(store: Store, tasks: Sequence[Task]) -> None:
+    """Keep finished tasks out of the views (their records stay; ids and ``logs`` still work)."""
+    import json
+
+    ids = archived_ids(store) | {t.id for t in tasks}
+    store.set_setting(ARCHIVED_KEY, json.dumps(sorted(ids)))
+
+
+def no_task_message(ref: str, names: Iterable[str]) -> str:
+    """``no task 'k11'`` with a did-you-mean among the store's task names."""
+    import difflib
+
+    close = difflib.get_close_matches(ref, list(names), n=1, cutoff=0.6)
+    hint = f" — did you mean {close[0]!r}?" if close else ""
+    return f"no task {ref!r}{hint} (give an id or a name; `fleet-tui status` lists them)"
+
+
 def _read_shim(d: Path) -> dict[str, object] | None:
     from fleet_tui.scheduler.runner import read_json
 
     return read_json(d / "shim.json")
 
 
+def failed_parent(reason: str | None) -> str | None:
+    """The direct parent named by a ``dependency_failed`` reason, or None."""
+    if not reason or not reason.startswith("dependency_failed:"):
+        return None
+    rest = reason[len("dependency_failed:") :].split()
+    return rest[0] if rest else None
+
+
+def _root_cause(task: Task) -> tuple[str, str]:
+    """The task whose own failure parks a chain, and why (``retries_exhausted``, ``cancelled``...)."""
+    why = task.reason or task.status.value
+    if task.status == TaskStatus.CANCELLED:
+        why = "cancelled"
+    parent = failed_parent(task.reason)
+    if parent is not None and task.status == TaskStatus.NEEDS_HUMAN:  # parked by an earlier cascade
+        head, _, cause = why.partition(" (")
+        root = head.split("← ", 1)[1].strip() if "← " in head else parent
+        return root, cause[:-1] if cause.endswith(")") else (cause or "dependency_failed")
+    return task.name, (why if len(why) <= 80 else why[:79] + "…")
+
+
 def cascade_failure(store: Store, task: Task, now: float, actor: str | None) -> list[Task]:
-    """Park every dependent of a parked/cancelled task, down the whole chain."""
+    """Park every dependent of a parked/cancelled task, down the whole chain. Each says its direct
+    parent and the root cause: ``dependency_failed: mid ← base (retries_exhausted)``."""
+    root, why = _root_cause(task)
     out: list[Task] = []
     stack = [task]
     while stack:
@@ -317,7 +390,9 @@ def cascade_failure(store: Store, task: Task, now: float, actor: str | None) -> 
                 new = store.transition(
                     dep.id,
                     TaskStatus.NEEDS_HUMAN,
-                    reason=f"dependency_failed:{cur.name}",
+                    reason=f"dependency_failed: {cur.name}"
+                    + (f" ← {root}" if cur.name != root else "")
+                    + f" ({why})",
                     now=now,
                     expect=[dep.status],
                     actor=actor,
@@ -335,7 +410,7 @@ def cascade_restore(store: Store, task: Task, now: float, actor: str | None) -> 
     while stack:
         cur = stack.pop()
         for dep in store.dependents(cur.id):
-            if dep.status == TaskStatus.NEEDS_HUMAN and (dep.reason or "") == f"dependency_failed:{cur.name}":
+            if dep.status == TaskStatus.NEEDS_HUMAN and failed_parent(dep.reason) == cur.name:
                 new = store.transition(
                     dep.id,
                     TaskStatus.QUEUED,

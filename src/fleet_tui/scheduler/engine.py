@@ -74,6 +74,9 @@ class Running:
         self.done = anyio.Event()
         self.peak_mem = 0
         self.metrics_at = 0.0
+        #: what the task's earlier attempts spent: budgets and usage cover the whole task
+        self.base_cost = 0.0
+        self.base_tokens = 0
         #: the agent ended and its verifiers run (finish.py)
         self.verifying = False
 
@@ -128,6 +131,10 @@ class Engine(Controller):
         self._rl_strikes: dict[str, int] = {}
         self._started = anyio.Event()
         self.idle_report: list[tuple[str, str]] = []
+        #: ``run --until-idle --max-wait S``: do not sit out a time-based wait longer than this
+        self.max_wait: float | None = None
+        #: set when an until-idle run ended with a longer time-based wait left (see max_wait)
+        self.left_time_waits = False
         self.shim_pool: ShimPool | None = None
         self._writes: dict[tuple[str, int], tuple[list[Event], int]] = {}
         self._write_wanted = anyio.Event()
@@ -286,13 +293,22 @@ class Engine(Controller):
                 await next(iter(self.runners.values())).done.wait()
 
     async def _nothing_startable(self) -> bool:
-        """True when no queued task can start now or soon by itself: what is left waits on a time,
-        a person, a parked dependency, tags or a budget. Headroom gates (load, memory, disk) are
-        transient, so a task held only by them keeps ``--until-idle`` waiting."""
+        """True when nothing can change without a person or an outside event: no queued task can
+        start now, and none waits on a time. Headroom gates (load, memory, disk) are transient
+        and time-based waits (a retry's backoff, a rate-limit reset, the daily budget's new day)
+        end by themselves, so ``--until-idle`` sits them out (up to ``max_wait``, if given);
+        what is left waits on a person, a parked dependency, or tags this host lacks."""
         decisions = await self._plan()
         self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
         if any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions):
             return False
+        now = self.clock()
+        timed = [d.retry_at for _, d in decisions if d.retry_at is not None and not d.ok]
+        if timed:
+            soonest = min(timed)
+            if self.max_wait is None or soonest - now <= self.max_wait:
+                return False
+            self.left_time_waits = True
         # tasks still marked running under a dead engine come back once its lease expires:
         # someone has to be there to reclaim them
         orphans = await anyio.to_thread.run_sync(
@@ -311,7 +327,7 @@ class Engine(Controller):
             budget_usd_daily=c.budget_usd_daily,
         )
 
-    async def _plan(self) -> list[tuple[Task, Any]]:
+    async def _plan(self, admitting: bool = False) -> list[tuple[Task, Any]]:
         def work() -> list[tuple[Task, Any]]:
             now = self.clock()
             tasks = self.store.list_tasks(TaskStatus.QUEUED)
@@ -339,6 +355,7 @@ class Engine(Controller):
                 default_coder=self.cfg.default_coder,
                 held=held,
                 account_of=lambda t, c: account_of(c, t.model or t.spec.model),
+                note_starting=not admitting,  # what it admits starts now: its slots are taken
             )
 
         return await anyio.to_thread.run_sync(work)
@@ -346,7 +363,7 @@ class Engine(Controller):
     async def _admit(self) -> bool:
         if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
             return False
-        decisions = await self._plan()
+        decisions = await self._plan(admitting=True)
         changed = {
             t.id: (None if d.ok else d.reason)
             for t, d in decisions
@@ -418,12 +435,16 @@ class Engine(Controller):
         self._launch_runner(task, launch)
 
     def _launch_runner(self, task: Task, launch: Launch, adopted: bool = False) -> None:
+        earlier = [a for a in self.store.attempts(task.id) if a.n < task.attempt]
+        base_cost = sum(a.cost_usd or 0.0 for a in earlier)
+        base_tokens = sum(a.tokens or 0 for a in earlier)
+        budget = task.spec.budget_usd
         limits = RunLimits(
             max_line_bytes=self.cfg.max_line_bytes,
             stall_s=(task.spec.stall_min or self.cfg.stall_min) * 60,
             timeout_s=(task.spec.timeout_min or self.cfg.timeout_min) * 60,
             context_share=self.cfg.context_handoff_share,
-            budget_usd=task.spec.budget_usd,
+            budget_usd=None if budget is None else max(0.0, budget - base_cost),
             grace_s=self.cfg.kill_grace_s,
         )
         tid, n = task.id, task.attempt
@@ -456,6 +477,7 @@ class Engine(Controller):
             launch.coder_name,
             account_of(launch.coder_name, task.model or task.spec.model),
         )
+        running.base_cost, running.base_tokens = base_cost, base_tokens
         self.runners[tid] = running
         assert self._tg is not None
         self._tg.start_soon(self._supervise, running, launch)
@@ -466,6 +488,14 @@ class Engine(Controller):
 
     async def _sink(self, tid: str, n: int, events: list[Event], offset: int) -> None:
         r = self.runners.get(tid)
+        if r is not None and any(e.rate_limit is not None for e in events):
+            # a coder names its vendor; the limit belongs to the task's account (coder + model)
+            events = [
+                replace(e, rate_limit=replace(e.rate_limit, account=r.account))
+                if e.rate_limit is not None and e.rate_limit.account != r.account
+                else e
+                for e in events
+            ]
         if events or offset:
             kept = await self._write_events(tid, n, events, offset)
             if not kept:  # fenced out: another engine owns this task now; stop our agent
@@ -487,19 +517,26 @@ class Engine(Controller):
         if time.monotonic() - r.metrics_at < 1.0 and ru.shim_alive():
             return  # usage figures reach the store (and the cockpit) once a second
         r.metrics_at = time.monotonic()
+        # a task's tokens and cost cover all its attempts (and reviews): earlier ones + this one
         changes: dict[str, Any] = {}
-        if ru.tokens != r.task.tokens:
-            changes["tokens"] = ru.tokens
-        if ru.cost_usd is not None and ru.cost_usd != r.task.cost_usd:
-            changes["cost_usd"] = ru.cost_usd
+        if r.base_tokens + ru.tokens != r.task.tokens:
+            changes["tokens"] = r.base_tokens + ru.tokens
+        if ru.cost_usd is not None and r.base_cost + ru.cost_usd != r.task.cost_usd:
+            changes["cost_usd"] = r.base_cost + ru.cost_usd
         if ru.context_tokens != r.task.context_tokens and ru.context_tokens is not None:
             changes["context_tokens"] = ru.context_tokens
         if ru.context_window != r.task.context_window and ru.context_window is not None:
             changes["context_window"] = ru.context_window
         if changes:
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
-            )
+
+            def write() -> Task | None:
+                # the attempt's own figures too, so today's spend (the gauge) counts a live attempt
+                self.store.update_attempt(
+                    tid, n, owner=self.owner, cost_usd=ru.cost_usd or 0.0, tokens=ru.tokens
+                )
+                return self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
+
+            new = await anyio.to_thread.run_sync(write)
             if new is None:
                 ru.stop("lease_lost", "another engine owns this task now")
             else:

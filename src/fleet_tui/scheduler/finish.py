@@ -17,6 +17,7 @@ import anyio
 
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.control import cascade_failure
+from fleet_tui.scheduler.evidence import nothing_done
 from fleet_tui.scheduler.model import EngineEvent, Event, Task
 from fleet_tui.scheduler.outcome import Verdict, after_verify, decide
 from fleet_tui.scheduler.runner import AttemptResult
@@ -68,7 +69,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         from fleet_tui.scheduler.owned import reap_attempt
 
         await anyio.to_thread.run_sync(reap_attempt, r.dir)
-    v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0))
+    v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0), r.base_cost)
     if task.status == TaskStatus.VERIFYING and res.stop_reason is None:
         # adopted mid-verification: its engine had judged the agent's run a success (the output
         # it read is not read again), so only the verification is left to do
@@ -120,6 +121,14 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         engine.publish_task(moved)
         workdir = Path(task.workdir or task.spec.cwd)
         reviewer = engine.reviewer(task)
+
+        def judge() -> bool:
+            # from when the agent started (after any worktree setup), not from the claim
+            att = engine.store.get_attempt(task.id, task.attempt)
+            since = att.started_at if att is not None else (task.attempt_started_at or now)
+            return nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
+
+        did_nothing = await anyio.to_thread.run_sync(judge)
         stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
         if reviewer is not None:
             reviewer.cancel = stop  # type: ignore[attr-defined]
@@ -131,6 +140,9 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             )
         )
         r.verifying = False
+        # a review is part of the task's cost (and of today's spend, through the attempt record)
+        att_fields["cost_usd"] += float(getattr(reviewer, "cost_usd", 0.0) or 0.0)
+        att_fields["tokens"] += int(getattr(reviewer, "tokens", 0) or 0)
         if r.runner.stop_reason is not None:
             # stopped during verification: the stop decides, not the (interrupted) verifiers
             v = decide(moved, replace(res, stop_reason=r.runner.stop_reason), engine.policy(), now)
@@ -161,10 +173,11 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             v = after_verify(
                 moved,
                 vr.passed,
-                vr.label,
+                getattr(vr, "reason", None) or vr.label,
                 res.outcome.claimed_success or res.exit_code == 0,
                 engine.policy(),
                 engine.clock(),
+                nothing_done=did_nothing,
             )
             task = moved
             att_fields["outcome"] = v.outcome
@@ -176,7 +189,24 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         return  # the claim was lost while we finished: the new owner's record stands
     if v.status is None:
         return
+    # the task's usage covers every attempt and review: what came before plus this attempt
+    total_cost = r.base_cost + att_fields["cost_usd"]
+    budget = task.spec.budget_usd
+    over = budget is not None and total_cost >= budget
+    if v.status == TaskStatus.QUEUED and over and v.outcome != "killed" and not v.crashed:
+        # another attempt could only overspend: the budget is for the whole task
+        v = replace(
+            v,
+            status=TaskStatus.NEEDS_HUMAN,
+            reason=f"over_budget: spent ${total_cost:.2f} of the ${budget:.2f} budget",
+            use_retry=False,
+            handoff=False,
+            not_before=None,
+            outcome=v.outcome,
+        )
     fields: dict[str, Any] = {"paused_running": 0}
+    fields["cost_usd"] = total_cost
+    fields["tokens"] = r.base_tokens + att_fields["tokens"]
     if v.use_retry:
         fields["retries_used"] = task.retries_used + 1
     if v.handoff:
@@ -187,9 +217,8 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         fields["not_before"] = v.not_before
     if res.outcome.result_text or res.last_text:
         fields["result_text"] = res.outcome.result_text or res.last_text
-    if res.cost_usd is not None:
-        fields["cost_usd"] = (task.cost_usd if task.attempt_started_at else 0.0) or res.cost_usd
     status = v.status
+    assert status is not None  # checked above; the budget only moves a retry to needs_human
     new = await anyio.to_thread.run_sync(
         lambda: engine.store.transition(
             task.id,
@@ -209,7 +238,10 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             RateLimit(
                 account=r.account,
                 status="rejected",
-                resets_at=v.block_account_until,
+                # the account's own reset when known: the grace after it is the engine's, not its
+                resets_at=res.outcome.resets_at
+                if res.outcome.resets_at and res.outcome.resets_at < v.block_account_until
+                else v.block_account_until,
                 observed_at=engine.clock(),
             ),
             v.block_account_until,

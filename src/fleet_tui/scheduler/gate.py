@@ -99,10 +99,24 @@ def _next_local_midnight(now: float) -> float:
     return tomorrow.timestamp()
 
 
+def hhmmss(ts: float) -> str:
+    """Local wall-clock time with seconds, e.g. "14:05:30"."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
 def _ratio(value: float, limit: float) -> str:
-    """One decimal, or two where one decimal would print the value equal to its limit."""
-    text = f"{value:.1f}"
-    return f"{value:.2f}" if text == f"{limit:.1f}" else text
+    """As many decimals as the limit needs (at least one), one more where the value would print
+    equal to its limit: 0.02 against 0.01, 2.05 against 2.0."""
+    shown = f"{limit:g}"
+    decimals = max(1, len(shown.split(".")[1]) if "." in shown and "e" not in shown else 1)
+    text = f"{value:.{decimals}f}"
+    return f"{value:.{decimals + 1}f}" if text == f"{limit:.{decimals}f}" else text
+
+
+def _limit(limit: float) -> str:
+    """A configured limit as written: 0.01 stays 0.01, 2 is 2.0."""
+    shown = f"{limit:g}"
+    return shown if "." in shown or "e" in shown else f"{limit:.1f}"
 
 
 def _rate_limit_gate(coder: str, cfg: GateConfig, inp: GateInputs) -> Decision | None:
@@ -120,6 +134,9 @@ def _rate_limit_gate(coder: str, cfg: GateConfig, inp: GateInputs) -> Decision |
             retry = rl.observed_at + REJECTED_HOLD_S
             return Decision(False, f"rate limit {coder} rejected, reset unknown; retry {hhmm(retry)}", retry)
     if until is not None:
+        reset = rl.resets_at if rl.resets_at is not None and now < rl.resets_at < until else None
+        if reset is not None:  # the account's reset, then the grace fleet-tui leaves after it
+            return Decision(False, f"rate limit {coder} resets {hhmm(reset)}, retry {hhmmss(until)}", until)
         return Decision(False, f"rate limit {coder} resets {hhmm(until)}", until)
     util = rl.utilization
     window_over = rl.resets_at is not None and rl.resets_at <= now  # the reading is stale
@@ -158,7 +175,7 @@ def decide(
         return Decision(False, "load reading unknown")
     if hr.load_per_core > cfg.max_load_per_core:
         shown = _ratio(hr.load_per_core, cfg.max_load_per_core)
-        return Decision(False, f"load {shown}/core > {cfg.max_load_per_core:.1f}")
+        return Decision(False, f"load {shown}/core > {_limit(cfg.max_load_per_core)}")
     if hr.mem_available is None:
         return Decision(False, "memory reading unknown")
     need = mem.estimate(coder)
@@ -199,14 +216,18 @@ def plan(
     default_coder: str,
     held: Mapping[str, str] | None = None,
     account_of: Callable[[Task, str], str] | None = None,
+    note_starting: bool = True,
 ) -> list[tuple[Task, Decision]]:
     """Simulate admission of every queued task in claim order, starting nothing.
 
     Each admitted task takes a slot and one agent's estimated memory from the simulated
-    headroom, so with 4 slots the 5th task reads "slots full: 4/4 running". ``held`` maps task
+    headroom, so with 4 slots and none running the 5th task reads "slots full: 0/4 running + 4
+    starting before it". ``held`` maps task
     ids to a reason the gate does not know (e.g. "after user-schema" for unfinished
     dependencies); such a task, and one whose ``not_before`` is still ahead, is reported with
-    that reason and takes nothing. Tasks not in ``queued`` are left out.
+    that reason and takes nothing. Tasks not in ``queued`` are left out. ``note_starting=False``
+    (the engine, which starts the admitted tasks at once) words a slot taken by one of them as
+    already running.
     """
     held = held or {}
     state = inp
@@ -228,6 +249,19 @@ def plan(
         coder = resolve_coder(task, default_coder)
         account = account_of(task, coder) if account_of is not None else coder
         decision = decide(task, coder, cfg, state, mem, account)
+        if (
+            note_starting
+            and not decision.ok
+            and state.running > inp.running
+            and (decision.reason or "").startswith("slots full")
+        ):
+            # the slots are taken by tasks this plan starts first, not by running ones
+            first = state.running - inp.running
+            decision = Decision(
+                False,
+                f"slots full: {inp.running}/{cfg.max_concurrent} running + {first} starting before it",
+                decision.retry_at,
+            )
         out.append((task, decision))
         if decision.ok:
             hr = state.headroom

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fleet_tui.scheduler.model import Question
+from fleet_tui.scheduler.model import FREE_TEXT, Question
 from fleet_tui.scheduler.store import Store
 
 #: longest question text kept (an agent may paste a whole log into a question)
@@ -31,12 +31,49 @@ MAX_OPTIONS = 20
 MAX_OPTION_CHARS = 200
 
 
+def free_text(q: Question) -> bool:
+    """True when any answer is accepted: the question offers no options, or says so."""
+    return q.free_text
+
+
+def choices(q: Question) -> tuple[str, ...]:
+    """The options a person picks from (without the free-text marker)."""
+    return q.choices
+
+
+def check_answer(q: Question, text: str) -> tuple[str | None, str | None]:
+    """(the answer to record, None) or (None, why it is refused). An answer to a choice must be
+    one of its options (any case; or its number); free-text questions take anything."""
+    opts = choices(q)
+    if free_text(q) or not opts:
+        return text, None
+    given = text.strip()
+    for o in opts:
+        if o.lower() == given.lower():
+            return o, None
+    if given.isdigit() and 1 <= int(given) <= len(opts):
+        return opts[int(given) - 1], None
+    import difflib
+
+    close = difflib.get_close_matches(given.lower(), [o.lower() for o in opts], n=1, cutoff=0.5)
+    hint = ""
+    if close:
+        hint = f" — did you mean {next(o for o in opts if o.lower() == close[0])!r}?"
+    return None, f"{given!r} is not one of the options [{' | '.join(opts)}]{hint}"
+
+
 class InboxError(ValueError):
     """A question that cannot be asked (empty text); the message says what is wrong."""
 
 
 def ask(
-    store: Store, task_id: str, attempt: int, text: str, options: Sequence[str] | None, now: float
+    store: Store,
+    task_id: str,
+    attempt: int,
+    text: str,
+    options: Sequence[str] | None,
+    now: float,
+    allow_free_text: bool = False,
 ) -> Question:
     """Store a pending question of ``task_id``'s attempt ``attempt`` and return it.
 
@@ -47,7 +84,10 @@ def ask(
         raise InboxError("the question is empty: say what you need to know")
     if len(text) > MAX_QUESTION_CHARS:
         text = text[:MAX_QUESTION_CHARS] + " [...]"
-    return store.add_question(task_id, attempt, text, clean_options(options), now)
+    opts = [o for o in clean_options(options) if o != FREE_TEXT]
+    if opts and allow_free_text:
+        opts.append(FREE_TEXT)
+    return store.add_question(task_id, attempt, text, opts, now)
 
 
 def clean_options(options: Sequence[str] | None) -> list[str]:
@@ -73,6 +113,11 @@ def answer(store: Store, qid: str, text: str, by: str, now: float) -> tuple[bool
         return False, f"no question {qid!r} (`fleet-tui questions` lists them)"
     if not text.strip():
         return False, "the answer is empty"
+    if q.status == "pending":
+        checked, why = check_answer(q, text)
+        if checked is None:
+            return False, f"{why}; answer with one of them"
+        text = checked
     if store.answer_question(qid, text, by, now):
         return True, f"answered {qid}"
     return False, refusal(store.get_question(qid) or q)

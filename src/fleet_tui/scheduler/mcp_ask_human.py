@@ -38,6 +38,7 @@ import anyio.to_thread
 
 from fleet_tui.scheduler import inbox, mcp_stdio
 from fleet_tui.scheduler.mcp_stdio import (
+    FREE_TEXT_DESCRIPTION,
     INSTRUCTIONS,
     OPTIONS_DESCRIPTION,
     QUESTION_DESCRIPTION,
@@ -239,7 +240,11 @@ class Asker:
             self._store = None
 
     async def ask(
-        self, question: str, options: list[str] | None = None, progress: Progress | None = None
+        self,
+        question: str,
+        options: list[str] | None = None,
+        progress: Progress | None = None,
+        allow_free_text: bool = False,
     ) -> str:
         """Store the question, wait for it to be answered / cancelled / expired, return the text."""
         store = await self.store()
@@ -252,7 +257,7 @@ class Asker:
             )
         try:
             q = await anyio.to_thread.run_sync(
-                inbox.ask, store, env.task_id, env.attempt, question, options, self.clock()
+                inbox.ask, store, env.task_id, env.attempt, question, options, self.clock(), allow_free_text
             )
         except inbox.InboxError as e:
             raise AskError(str(e)) from e
@@ -353,6 +358,10 @@ def build_server(environ: Mapping[str, str] | None = None, **asker_kw: Any) -> A
             list[str] | None,
             Field(description=OPTIONS_DESCRIPTION),
         ] = None,
+        allow_free_text: Annotated[
+            bool,
+            Field(description=FREE_TEXT_DESCRIPTION),
+        ] = False,
         ctx: Context | None = None,
     ) -> str:
         if asker is None:
@@ -364,7 +373,7 @@ def build_server(environ: Mapping[str, str] | None = None, **asker_kw: Any) -> A
                 await ctx.report_progress(elapsed, None, message)
 
         try:
-            return await asker.ask(question, options, progress)
+            return await asker.ask(question, options, progress, allow_free_text)
         except AskError as e:
             raise ToolError(str(e)) from e
 

@@ -48,12 +48,14 @@ Never ask the person to type a password, token or other credential into the answ
 type credentials yourself: ask them to complete the login themselves, then tell you when done.
 
 Put everything needed to decide in `question` (what you found, what you propose); give `options`
-when the answer is a choice. The call blocks until someone answers, then returns their answer
+when the answer is a choice (the person must pick one; set `allow_free_text` when other answers
+are fine too). The call blocks until someone answers, then returns their answer
 as text. If nobody answers in time it returns a "no answer" message: then proceed with your best
 judgement only if that is safe and reversible, otherwise stop and explain what you need."""
 
 QUESTION_DESCRIPTION = "The question, with what the person needs to decide it."
-OPTIONS_DESCRIPTION = "Possible answers when it is a choice (the person may still answer freely)."
+OPTIONS_DESCRIPTION = "Possible answers when it is a choice; the person must pick one of them."
+FREE_TEXT_DESCRIPTION = "With options: true when any other answer is fine too (they are suggestions)."
 TOOL_TITLE = "Ask a human"
 
 #: the ``tools/list`` entry, as the SDK server lists it
@@ -74,6 +76,12 @@ TOOL: dict[str, Any] = {
                 "default": None,
                 "description": OPTIONS_DESCRIPTION,
                 "title": "Options",
+            },
+            "allow_free_text": {
+                "default": False,
+                "description": FREE_TEXT_DESCRIPTION,
+                "title": "Allow Free Text",
+                "type": "boolean",
             },
         },
         "required": ["question"],

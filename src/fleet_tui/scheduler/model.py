@@ -136,6 +136,27 @@ class Task:
     def name(self) -> str:
         return self.spec.name
 
+    def attempt_end(self) -> float | None:
+        """When the last attempt ended (None while it runs, or before the first attempt)."""
+        start = self.attempt_started_at or self.started_at
+        if start is None or self.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING):
+            return None
+        if self.finished_at is not None and self.finished_at >= start:
+            return self.finished_at
+        # back in the queue (a retry, a handoff) or paused: it left running when last moved
+        return self.updated_at if self.updated_at >= start else start
+
+    def elapsed(self, now: float) -> float | None:
+        """The one definition of a task's time (``status``, ``--json`` ``elapsed_s``, the
+        cockpit): the current attempt while it runs or verifies, else the last attempt from its
+        start to its end. Time in the queue (backoff, rate limits, dependencies), parked or
+        paused never counts. None before the first attempt."""
+        start = self.attempt_started_at or self.started_at
+        if start is None or (self.status == TaskStatus.QUEUED and self.attempt == 0):
+            return None
+        end = self.attempt_end()
+        return max(0.0, (end if end is not None else now) - start)
+
 
 @dataclass(frozen=True)
 class Attempt:
@@ -218,6 +239,10 @@ class Outcome:
     claimed_success: bool = False  # the agent itself said it succeeded
 
 
+#: the last stored option of a question whose options are suggestions: any answer is accepted
+FREE_TEXT = "(free text)"
+
+
 @dataclass(frozen=True)
 class Question:
     id: str
@@ -230,6 +255,16 @@ class Question:
     answer: str | None = None
     answered_at: float | None = None
     answered_by: str | None = None
+
+    @property
+    def free_text(self) -> bool:
+        """True when any answer is accepted: no options, or the agent allowed free text."""
+        return not self.options or self.options[-1] == FREE_TEXT
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The options a person picks from (without the free-text marker)."""
+        return tuple(o for o in self.options if o != FREE_TEXT)
 
 
 @dataclass(frozen=True)

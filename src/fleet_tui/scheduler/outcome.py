@@ -77,9 +77,20 @@ def _retry(
     )
 
 
-def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_strikes: int = 0) -> Verdict:
-    """The next state after an attempt ended (before verification)."""
+def decide(
+    task: Task,
+    r: AttemptResult,
+    policy: Policy,
+    now: float,
+    rate_limit_strikes: int = 0,
+    spent_before: float = 0.0,
+) -> Verdict:
+    """The next state after an attempt ended (before verification).
+
+    ``spent_before`` is what the task's earlier attempts (and their reviews) cost: a task's
+    ``budget_usd`` covers the whole task, not each attempt."""
     stop = r.stop_reason
+    finished = r.exit_code == 0 and r.outcome.kind == "success"
     if stop == "lease_lost":
         return Verdict(None, None, outcome="lease_lost")
     if stop == "killed_by_user":
@@ -97,14 +108,19 @@ def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_
     if stop == "looping":  # scheduler/loops.py: retrying would loop again
         return Verdict(TaskStatus.NEEDS_HUMAN, f"looping: {r.stop_detail}", outcome="looping")
     budget = task.spec.budget_usd
-    if stop is None and budget is not None and r.cost_usd is not None and r.cost_usd > budget:
+    total = spent_before + (r.cost_usd or 0.0)
+    if stop is None and budget is not None and r.cost_usd is not None and total > budget:
         # most agents report their cost only in the final result line, often after the runner's
         # last look at a live process: the budget is checked again here, whatever the ending
         return Verdict(
             TaskStatus.NEEDS_HUMAN,
-            f"over_budget: cost ${r.cost_usd:.2f} > budget ${budget:.2f}",
+            f"over_budget: cost ${total:.2f} > budget ${budget:.2f}",
             outcome="over_budget",
         )
+    if stop == "context_pressure" and finished:
+        # the agent had already finished (exit 0, a success result) when its context crossed the
+        # line: its work goes to verification; a handoff is only for an agent stopped mid-work
+        return Verdict(TaskStatus.VERIFYING, None, verify=True, outcome="success")
     if stop == "context_pressure":
         if task.handoffs >= policy.max_handoffs:
             return Verdict(
@@ -156,12 +172,24 @@ def decide(task: Task, r: AttemptResult, policy: Policy, now: float, rate_limit_
 
 
 def after_verify(
-    task: Task, passed: bool, failed_label: str | None, claimed_success: bool, policy: Policy, now: float
+    task: Task,
+    passed: bool,
+    failed_label: str | None,
+    claimed_success: bool,
+    policy: Policy,
+    now: float,
+    nothing_done: bool = False,
 ) -> Verdict:
-    """The next state once verifiers ran (or there were none)."""
+    """The next state once verifiers ran (or there were none).
+
+    A failed verification is a *false completion* only when the agent claimed success and the
+    evidence shows it did nothing (``nothing_done``: no file of its working directory changed
+    during the attempt, or an artifact it was asked for does not exist). An honest draft that a
+    verifier rejects is an ordinary ``verify_failed``: it retries, then parks as
+    ``verify_failed: ...``. ``false_completion`` parks only the third proven false claim."""
     if passed:
         return Verdict(TaskStatus.DONE, None, outcome="success")
-    fc = claimed_success
+    fc = claimed_success and nothing_done
     if fc and task.false_completions + 1 >= FALSE_COMPLETION_LIMIT:
         return Verdict(
             TaskStatus.NEEDS_HUMAN, "false_completion", outcome="verify_failed", false_completion=True

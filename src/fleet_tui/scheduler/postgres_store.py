@@ -40,6 +40,7 @@ from fleet_tui.scheduler.postgres_base import PgBase, Tx
 from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed
 from fleet_tui.scheduler.store import (
     ATTEMPT_COLUMNS,
+    REUSABLE,
     TASK_COLUMNS,
     DuplicateName,
     StoreError,
@@ -48,6 +49,7 @@ from fleet_tui.scheduler.store import (
     new_id,
     spec_from_json,
     spec_to_json,
+    taken_message,
 )
 
 #: task columns a transition / update_task may set
@@ -70,6 +72,10 @@ def _sets(fields: dict[str, Any], writable: frozenset[str], what: str) -> tuple[
     if bad:
         raise StoreError(f"unknown {what} field(s): {', '.join(sorted(bad))}")
     return ", ".join(f"{k} = %s" for k in fields), [_val(k, v) for k, v in fields.items()]
+
+
+#: a task moved between these (a merge, a merge conflict) keeps its finished_at
+_FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
 
 
 class PostgresStore(PgBase):
@@ -125,17 +131,23 @@ class PostgresStore(PgBase):
         wanted = sorted({s.name for s in specs} | {d for s in specs for d in s.depends_on})
         try:
             with self._tx() as tx:
-                names = {
-                    r["name"]: r["id"]
-                    for r in tx.execute(
-                        "SELECT name, id FROM tasks WHERE name = ANY(%s)", (wanted,)
-                    ).fetchall()
-                }
+                rows = tx.execute(
+                    "SELECT name, id, status FROM tasks WHERE name = ANY(%s)", (wanted,)
+                ).fetchall()
+                names = {r["name"]: r["id"] for r in rows}
+                status = {r["name"]: r["status"] for r in rows}
                 batch: dict[str, str] = {}
                 for spec in specs:
-                    if spec.name in names or spec.name in batch:
+                    if spec.name in batch:
                         raise self._duplicate(spec.name)
+                    if spec.name in names and status[spec.name] not in REUSABLE:
+                        raise DuplicateName(taken_message(spec.name, status[spec.name]))
                     batch[spec.name] = new_id()
+                for spec in specs:
+                    if spec.name in names:  # a finished task frees its name; it keeps its id and records
+                        tx.execute(
+                            "UPDATE tasks SET name = name || '~' || id WHERE id = %s", (names[spec.name],)
+                        )
                 for spec in specs:
                     tid = batch[spec.name]
                     tx.execute(
@@ -213,7 +225,7 @@ class PostgresStore(PgBase):
         return [self._task(r) for r in rows]
 
     def task_names(self) -> set[str]:
-        return {r["name"] for r in self._all("SELECT name FROM tasks")}
+        return {r["name"] for r in self._all("SELECT name FROM tasks") if "~" not in r["name"]}
 
     def dependents(self, task_id: str) -> list[Task]:
         rows = self._all(
@@ -294,7 +306,9 @@ RETURNING id, attempt"""
         **fields: Any,
     ) -> Task | None:
         with self._tx() as tx:
-            row = tx.one("SELECT status, owner, attempt FROM tasks WHERE id = %s FOR UPDATE", (task_id,))
+            row = tx.one(
+                "SELECT status, owner, attempt, finished_at FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
+            )
             if row is None:
                 return None
             src = TaskStatus(row["status"])
@@ -310,6 +324,7 @@ RETURNING id, attempt"""
             if (
                 dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
                 and "finished_at" not in fields
+                and (row["finished_at"] is None or src not in _FINISHED)
             ):
                 sets["finished_at"] = now
             if (

@@ -59,6 +59,9 @@ class Reviewer:
         self.home = Path(home)
         self.task = task
         self.cfg = cfg
+        #: what this task's reviews cost so far (added to the attempt's and the task's figures)
+        self.cost_usd = 0.0
+        self.tokens = 0
         #: set by the engine to stop a running review (kill, cancel, shutdown)
         self.cancel: threading.Event | None = None
 
@@ -133,6 +136,7 @@ class Reviewer:
         env.update(extra)
         argv = self._sandboxed(argv, impl, workdir, adir, env)
         before = _fingerprint(workdir)
+        saved = _Snapshot.take(workdir) if before is not None else None
         out, err, code, timed_out, cancelled, pid = _run(
             argv, workdir, env, stdin, timeout_s, self.home, self.cancel
         )
@@ -144,12 +148,18 @@ class Reviewer:
             raise ReviewerError(f"the {name} reviewer was stopped (the task was stopped)")
         if timed_out:
             raise ReviewerError(f"the {name} reviewer timed out after {timeout_s:g}s (killed)")
-        reply, problem = _reply(impl, self.task.id, self.task.attempt, adir, out, code)
+        reply, problem, cost, tokens = _reply(impl, self.task.id, self.task.attempt, adir, out, code)
+        self.cost_usd += cost
+        self.tokens += tokens
         (adir / "reply.txt").write_text(reply, encoding="utf-8")
         after = _fingerprint(workdir)
         if before is not None and after is not None and before != after:
+            # put the working directory back as the reviewer found it, or the next WIP commit
+            # would take the reviewer's files as the agent's work
+            undone = saved.restore(workdir) if saved is not None else []
+            what = f"; undone: {', '.join(undone[:10])}" if undone else ""
             raise ReviewerError(
-                f"the {name} reviewer changed files in {workdir}; a reviewer must be read-only "
+                f"the {name} reviewer changed files in {workdir}{what}; a reviewer must be read-only "
                 f"(its reply was: {reply[-500:]!r})"
             )
         if problem:
@@ -213,17 +223,24 @@ def _run(
 
 def _reply(
     impl: Coder, task_id: str, attempt: int, adir: Path, out: bytes, code: int | None
-) -> tuple[str, str | None]:
-    """Normalize the reviewer's stdout: (reply text, a problem that voids the verdict or None)."""
+) -> tuple[str, str | None, float, int]:
+    """Normalize the reviewer's stdout: (reply text, a problem that voids the verdict or None,
+    its cost in USD, its tokens)."""
     norm = impl.normalizer(task_id, attempt, 0, adir)
     texts: list[str] = []
     result_text: str | None = None
+    cost: float | None = None
+    tokens = 0
     for raw in out.decode("utf-8", errors="replace").splitlines():
         try:
             events = norm.feed(raw, 0.0)
         except Exception:  # a coder bug must not hide the reply
             continue
         for e in events:
+            if e.usage is not None:
+                tokens += e.usage.total
+            if e.cost_usd is not None:
+                cost = e.cost_usd if e.kind == "result" else (cost or 0.0) + e.cost_usd
             if e.kind == "text" and e.text:
                 texts.append(e.text)
             elif e.kind == "result" and e.text:
@@ -242,7 +259,9 @@ def _reply(
     if outcome.kind != "success":
         why = outcome.detail or (f"exit {code}" if code is not None else "no exit status")
         problem = f"the reviewer did not finish ({outcome.kind}: {why})"
-    return reply, problem
+    if cost is None:
+        cost = outcome.cost_usd
+    return reply, problem, float(cost or 0.0), tokens
 
 
 def _has_verdict(text: str) -> bool:
@@ -280,3 +299,60 @@ def _fingerprint(workdir: Path) -> str | None:
             with contextlib.suppress(OSError):
                 h.update(p.read_bytes()[: 1 << 20])
     return h.hexdigest()
+
+
+class _Snapshot:
+    """A git working directory's state before a review: its changes as a stash commit (tracked
+    files) and its untracked files, so whatever a reviewer changes can be undone."""
+
+    def __init__(self, stash: str | None, untracked: dict[str, bytes | None]) -> None:
+        self.stash = stash
+        self.untracked = untracked
+
+    @staticmethod
+    def take(workdir: Path) -> _Snapshot | None:
+        try:
+            st = _git(workdir, "stash", "create")
+            files = _git(workdir, "ls-files", "-z", "--others", "--exclude-standard")
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if files.returncode != 0:
+            return None
+        untracked: dict[str, bytes | None] = {}
+        for rel in filter(None, files.stdout.split(b"\0")):
+            name = os.fsdecode(rel)
+            try:
+                data = (Path(workdir) / name).read_bytes()
+            except OSError:
+                data = None
+            untracked[name] = data if data is None or len(data) <= 1 << 20 else None
+        stash = st.stdout.decode().strip() if st.returncode == 0 else ""
+        return _Snapshot(stash or None, untracked)
+
+    def restore(self, workdir: Path) -> list[str]:
+        """Undo the review's changes; returns the paths that were put back or removed."""
+        undone: list[str] = []
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            diff = _git(workdir, "diff", "--name-only", "-z", self.stash or "HEAD")
+            undone += [os.fsdecode(p) for p in diff.stdout.split(b"\0") if p]
+            _git(workdir, "checkout", "-f", self.stash or "HEAD", "--", ".")
+            _git(workdir, "reset", "-q")
+            files = _git(workdir, "ls-files", "-z", "--others", "--exclude-standard")
+            for rel in filter(None, files.stdout.split(b"\0")):
+                name = os.fsdecode(rel)
+                if name not in self.untracked:
+                    (Path(workdir) / name).unlink(missing_ok=True)
+                    undone.append(name)
+            for name, data in self.untracked.items():
+                p = Path(workdir) / name
+                if data is not None and (not p.exists() or p.read_bytes() != data):
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    p.write_bytes(data)
+                    undone.append(name)
+        return sorted(set(undone))
+
+
+def _git(workdir: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["git", *args], cwd=workdir, capture_output=True, timeout=60, stdin=subprocess.DEVNULL
+    )

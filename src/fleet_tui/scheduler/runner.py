@@ -299,6 +299,7 @@ class AttemptRunner:
         self.paused = False
         self.open_questions: set[str] = set()  # ask_human tool calls without a result yet
         self.asked = False
+        self.finished = False  # the agent wrote its final result: no handoff, it is done working
 
     # -- control ------------------------------------------------------------------------------
     def stop(self, reason: str, detail: str | None = None) -> None:
@@ -470,6 +471,8 @@ class AttemptRunner:
             self.context_window = e.context_window
         if e.kind == "text" and e.text:
             self.last_text = e.text
+        if e.kind == "result":
+            self.finished = True
 
     def check_limits(self, now: float) -> None:
         lim = self.limits
@@ -483,6 +486,7 @@ class AttemptRunner:
             self.stop("timeout", f"ran longer than {lim.timeout_s / 60:g} min")
         elif (
             lim.context_share is not None
+            and not self.finished
             and self.context_tokens
             and self.context_window
             and self.context_tokens >= lim.context_share * self.context_window

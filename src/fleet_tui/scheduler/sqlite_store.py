@@ -26,6 +26,7 @@ from fleet_tui.scheduler.sqlite_base import SCHEMA_VERSION, SqliteBase
 from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed
 from fleet_tui.scheduler.store import (
     ATTEMPT_COLUMNS,
+    REUSABLE,
     TASK_COLUMNS,
     DuplicateName,
     StoreError,
@@ -34,7 +35,11 @@ from fleet_tui.scheduler.store import (
     new_id,
     spec_from_json,
     spec_to_json,
+    taken_message,
 )
+
+#: a task moved between these (a merge, a merge conflict) keeps its finished_at
+_FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -69,16 +74,20 @@ class SqliteStore(SqliteBase):
     def add_tasks(self, specs: Sequence[TaskSpec], now: float) -> list[Task]:
         out: list[str] = []
         with self._tx() as db:
-            names = {r[0]: r[1] for r in db.execute("SELECT name, id FROM tasks")}
+            rows = db.execute("SELECT name, id, status FROM tasks").fetchall()
+            names = {r[0]: r[1] for r in rows}
+            status = {r[0]: r[2] for r in rows}
             seq = db.execute("SELECT COALESCE(MAX(seqno), 0) FROM tasks").fetchone()[0]
             batch: dict[str, str] = {}
             for spec in specs:
-                if spec.name in names or spec.name in batch:
-                    raise DuplicateName(
-                        f"a task named {spec.name!r} already exists; choose another name "
-                        f"(or cancel/retry the existing one)"
-                    )
+                if spec.name in batch:
+                    raise DuplicateName(f"two new tasks are named {spec.name!r}; name each one differently")
+                if spec.name in names and status[spec.name] not in REUSABLE:
+                    raise DuplicateName(taken_message(spec.name, status[spec.name]))
                 batch[spec.name] = new_id()
+            for spec in specs:
+                if spec.name in names:  # a finished task frees its name; it keeps its id and records
+                    db.execute("UPDATE tasks SET name = name || '~' || id WHERE id = ?", (names[spec.name],))
             for spec in specs:
                 seq += 1
                 tid = batch[spec.name]
@@ -147,7 +156,7 @@ class SqliteStore(SqliteBase):
         return [self._task(r) for r in rows]
 
     def task_names(self) -> set[str]:
-        return {r[0] for r in self._q("SELECT name FROM tasks")}
+        return {r[0] for r in self._q("SELECT name FROM tasks") if "~" not in r[0]}
 
     def dependents(self, task_id: str) -> list[Task]:
         rows = self._q(
@@ -243,6 +252,7 @@ RETURNING *"""
             if (
                 dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
                 and "finished_at" not in fields
+                and (cur.finished_at is None or cur.status not in _FINISHED)
             ):
                 sets["finished_at"] = now
             if (

@@ -60,6 +60,19 @@ ATTEMPT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt) if f.na
 _counter = itertools.count(secrets.randbelow(0x100))
 
 
+#: a task in one of these states frees its name: a new task may take it (the old one keeps its id,
+#: its records and its place in the views; commands by name act on the newest)
+REUSABLE = ("done", "cancelled")
+
+
+def taken_message(name: str, status: str) -> str:
+    """Why a new task cannot take ``name``: an unfinished task has it."""
+    return (
+        f"a task named {name!r} is {status}: names are unique among unfinished tasks; choose another "
+        "name, or let that task finish (or cancel it) first"
+    )
+
+
 def new_id(prefix: str = "t") -> str:
     """A short, roughly time-ordered, unique id: <prefix>-<8 hex of ms><2 hex counter><4 hex random>."""
     n = next(_counter) & 0xFF

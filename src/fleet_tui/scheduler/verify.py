@@ -27,6 +27,7 @@ class VerifyResult:
     passed: bool
     label: str | None  # the failing verifier's label
     output: str  # every verifier's output, in order
+    reason: str | None = None  # why it failed, in a few words (a reviewer's verdict, not its prompt)
 
 
 class AgentReviewer(Protocol):
@@ -101,6 +102,27 @@ def run_verifier(
     return verdict == "PASS", _cap(reply)
 
 
+def failure_reason(v: VerifySpec, out: str) -> str:
+    """A failed verifier in a few words: a run's command, an artifact's problem, or what a
+    reviewer said (its last line that is more than the bare verdict), never its prompt."""
+    if v.kind == "run":
+        return v.label
+    lines = [ln.strip() for ln in out.strip().splitlines() if ln.strip()]
+    if v.kind == "artifact":
+        return f"artifact: {lines[0] if lines else v.path}"
+    # the reviewer's words next to its last FAIL: that line without the verdict, or the line before
+    at = max((i for i, ln in enumerate(lines) if re.search(r"\bFAIL\b", ln)), default=None)
+    text = ""
+    if at is not None:
+        text = re.sub(r"[*_`#>\s-]*\bFAIL\b[*_`:.!\s-]*", " ", lines[at]).strip()
+        if not text and at > 0:
+            text = lines[at - 1]
+    if not text:
+        said = [ln for ln in lines if not ln.startswith(("(no PASS or FAIL", "=="))]
+        text = said[-1] if said else "no reply"
+    return "agent: " + (text if len(text) <= 120 else text[:119] + "…")
+
+
 def verdict_of(reply: str) -> str | None:
     """The reply's last PASS or FAIL (a whole word), or None."""
     found = re.findall(r"\b(PASS|FAIL)\b", reply)
@@ -126,5 +148,5 @@ def run_verifiers(
         ok, out = run_verifier(v, workdir, t, reviewer, wrap, cancel, home)
         outputs.append(f"== {v.label}: {'PASS' if ok else 'FAIL'}\n{out.strip()}")
         if not ok:
-            return VerifyResult(False, v.label, "\n".join(outputs))
+            return VerifyResult(False, v.label, "\n".join(outputs), failure_reason(v, out))
     return VerifyResult(True, None, "\n".join(outputs))

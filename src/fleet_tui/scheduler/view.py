@@ -48,7 +48,10 @@ def build_snapshot(
     reading of its own machine, else from the freshest host row; the pulse of each host from the
     store (``series``), the caller's own (fresher) one replacing its stored copy. ``agent_mem``
     is the engine's learned (bytes, measured) figure for one more agent, else the assumed one."""
-    tasks = tuple(store.list_tasks())
+    from fleet_tui.scheduler.control import archived_ids
+
+    hidden = archived_ids(store)
+    tasks = tuple(t for t in store.list_tasks() if t.id not in hidden)
     readings = store.rate_limits()
     rls = tuple(rl for rl, _ in readings)
     hosts = tuple(store.hosts())
@@ -141,6 +144,7 @@ class AttachedView(Controller):
         self._snapshot = Snapshot(taken_at=clock())
         self._seen: dict[str, tuple[int, int]] = {}
         self._stop = False
+        self._engine_live: bool | None = None
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -158,6 +162,20 @@ class AttachedView(Controller):
         out: list[EngineEvent] = [EngineEvent(kind="task", task=t) for t in changed]
         out += [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
         out.append(EngineEvent(kind="gauges", gauges=snap.gauges))
+        live = await anyio.to_thread.run_sync(
+            lambda: bool(self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)))
+        )
+        if live != self._engine_live:  # without an engine nothing moves: the figures are old
+            first, self._engine_live = self._engine_live is None, live
+            beats = [h.heartbeat for h in snap.hosts]
+            age = f"; last seen {int(self.clock() - max(beats))}s ago" if beats else ""
+            text = (
+                "an engine is running on this store"
+                if live
+                else f"no engine is running on this store{age}: nothing starts, the figures are its last"
+            )
+            if not (first and live):
+                out.append(EngineEvent(kind="notice", text=text))
         self.bus.publish(out)
 
     async def poll_events(self) -> None:

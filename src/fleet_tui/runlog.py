@@ -1,0 +1,211 @@
+"""What a headless ``fleet-tui run`` says while it works, and how it ends.
+
+A service or a CI job has no cockpit: the run's output is its only window. So each task state
+change, each change of a waiting reason, each question and each engine notice (a config edit
+rejected, a sweep, a failed write) is one line on stdout — or one JSON object per line with
+``--json``, for scripts — and ``--quiet`` turns it off. The last line says what the run actually
+did, and ``run --until-idle`` ends with an exit code a script can act on:
+
+- ``0``: nothing is left to do or wait for (every task done or cancelled, or left to another
+  machine: running there, or needing tags this host lacks);
+- ``3`` (``EXIT_NEEDS_PERSON``): something needs a person — a task is ``needs_human`` or paused,
+  the fleet is paused, or a queued task waits on a parked dependency;
+- ``4`` (``EXIT_STILL_WAITING``): ``--max-wait`` was given and a longer time-based wait is left.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import anyio
+
+from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.model import EngineEvent, Task
+from fleet_tui.scheduler.states import TaskStatus
+
+EXIT_NEEDS_PERSON = 3
+EXIT_STILL_WAITING = 4
+
+_FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED)
+
+
+def _clean(text: str | None) -> str:
+    return sanitize_for_display(text or "", one_line=True)
+
+
+class RunPrinter:
+    """Turns engine event batches into one line per change (text or JSON)."""
+
+    def __init__(self, out: TextIO | None = None, as_json: bool = False) -> None:
+        self.out = out or sys.stdout
+        self.as_json = as_json
+        self.seen: dict[str, tuple[str, str | None, int]] = {}
+        self.waiting: dict[str, str | None] = {}
+        self.questions: set[str] = set()
+        self.names: dict[str, str] = {}
+
+    def prime(self, tasks: Sequence[Task]) -> None:
+        """Remember the state before the run, so only changes are printed."""
+        for t in tasks:
+            self.seen[t.id] = (t.status.value, t.reason, t.attempt)
+            self.waiting[t.id] = t.waiting
+            self.names[t.id] = t.name
+
+    def _emit(self, kind: str, text: str, **fields: Any) -> None:
+        now = time.time()
+        if self.as_json:
+            print(json.dumps({"ts": round(now, 3), "kind": kind, **fields, "text": text}), file=self.out)
+        else:
+            print(f"{time.strftime('%H:%M:%S', time.localtime(now))} {text}", file=self.out)
+        self.out.flush()
+
+    def feed(self, batch: Sequence[EngineEvent]) -> None:
+        for ev in batch:
+            if ev.kind == "task" and ev.task is not None:
+                self._task(ev.task)
+            elif ev.kind == "question" and ev.question is not None:
+                q = ev.question
+                if q.id in self.questions:
+                    continue
+                self.questions.add(q.id)
+                name = self.names.get(q.task_id, q.task_id)
+                opts = f" [{' | '.join(_clean(o) for o in q.options)}]" if q.options else ""
+                self._emit(
+                    "question",
+                    f"{name} asks ({q.id}): {_clean(q.text)}{opts}",
+                    task=name,
+                    task_id=q.task_id,
+                    question=q.id,
+                )
+            elif ev.kind == "notice" and ev.text:
+                self._emit("notice", f"notice: {_clean(ev.text)}")
+
+    def _task(self, t: Task) -> None:
+        self.names[t.id] = t.name
+        key = (t.status.value, t.reason, t.attempt)
+        old = self.seen.get(t.id)
+        fields = {"task": t.name, "task_id": t.id, "status": t.status.value, "attempt": t.attempt}
+        if old != key:
+            self.seen[t.id] = key
+            was = old[0] if old else "new"
+            arrow = f"{was} -> {t.status.value}" if was != t.status.value else t.status.value
+            extra = f" (attempt {t.attempt})" if t.status == TaskStatus.RUNNING else ""
+            why = f": {_clean(t.reason)}" if t.reason else ""
+            self._emit("state", f"{t.name}: {arrow}{extra}{why}", reason=t.reason, **fields)
+        if t.status == TaskStatus.QUEUED and t.waiting != self.waiting.get(t.id) and t.waiting:
+            why = _clean(t.waiting)
+            text = f"{t.name}: {why}" if why.startswith(("waits", "after ")) else f"{t.name}: waits: {why}"
+            self._emit("waiting", text, waiting=t.waiting, **fields)
+        self.waiting[t.id] = t.waiting if t.status == TaskStatus.QUEUED else None
+
+
+def needs_person(tasks: Sequence[Task], report: Sequence[tuple[str, str]], fleet_paused: bool) -> list[str]:
+    """What a person must act on after an until-idle run: one line each."""
+    out: list[str] = []
+    if fleet_paused:
+        out.append("the fleet is paused (fleet-tui resume --all)")
+    for t in tasks:
+        if t.status == TaskStatus.NEEDS_HUMAN:
+            out.append(f"{t.name}: needs_human: {t.reason or '?'}")
+        elif t.status == TaskStatus.PAUSED:
+            out.append(f"{t.name}: paused")
+    waits = dict(report)
+    by_name = {t.name: t for t in tasks}
+    held = (TaskStatus.PAUSED, TaskStatus.NEEDS_HUMAN, TaskStatus.CANCELLED)
+    for t in tasks:
+        why = waits.get(t.name, "")
+        stuck = [d for d in t.spec.depends_on if d in by_name and by_name[d].status in held]
+        if t.status == TaskStatus.QUEUED and why.startswith("after ") and stuck:
+            out.append(f"{t.name}: {why} ({', '.join(f'{d} is {by_name[d].status.value}' for d in stuck)})")
+    return out
+
+
+def idle_summary(
+    tasks: Sequence[Task], report: Sequence[tuple[str, str]], fleet_paused: bool, left_time_waits: bool
+) -> tuple[list[str], int]:
+    """The closing lines of ``run --until-idle`` and its exit code."""
+    finished = sum(1 for t in tasks if t.status in _FINISHED)
+    lines: list[str] = []
+    person = needs_person(tasks, report, fleet_paused)
+    waiting = [(n, r) for n, r in report]
+    if waiting:
+        lines.append(f"idle; {len(waiting)} task(s) still wait:")
+        lines += [f"  {n}: {_clean(r)}" for n, r in waiting]
+    parked = [p for p in person if ": needs_human" in p or p.endswith(": paused") or "fleet is paused" in p]
+    if parked:
+        lines.append(f"{len(parked)} need(s) a person:")
+        lines += [f"  {_clean(p)}" for p in parked]
+    if not waiting and not parked:
+        lines.append(f"idle; everything finished ({finished} task(s) done or cancelled)")
+    if person:
+        return lines, EXIT_NEEDS_PERSON
+    if left_time_waits:
+        lines.append("stopped waiting (--max-wait): the waits above end by themselves")
+        return lines, EXIT_STILL_WAITING
+    return lines, 0
+
+
+def run_headless(
+    engine: Any, store: Any, *, until_idle: bool, on_quit: str, printer: RunPrinter | None
+) -> int:
+    """Run the engine to its end (idle, or a signal), printing as it goes; the exit code."""
+    stopped: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
+                    async for _ in sigs:
+                        leave = on_quit == "leave"
+                        n = stopped["agents"] = len(engine.runners)
+                        stopped["leave"] = leave
+                        what = (
+                            f"leaving {n} agent(s) running for another engine to adopt"
+                            if leave
+                            else f"stopping {n} agent(s); their tasks go back to the queue"
+                        )
+                        print(
+                            f"fleet-tui: signal received: {what}" if n else "fleet-tui: stopping",
+                            file=sys.stderr,
+                        )
+                        await engine.shutdown(leave_running=leave)
+                        return
+
+            async def show() -> None:
+                assert printer is not None
+                async for batch in engine.subscribe():
+                    printer.feed(batch)
+
+            tg.start_soon(on_signal)
+            if printer is not None:
+                tg.start_soon(show)
+            await engine.run(until_idle=until_idle)
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    if stopped:  # say what was actually done
+        n = stopped["agents"]
+        if not n:
+            print("stopped; no agent was running", file=sys.stderr)
+        elif stopped["leave"]:
+            print(f"stopped; {n} agent(s) left running for another engine to adopt", file=sys.stderr)
+        else:
+            print(f"stopped; {n} agent(s) stopped and their tasks requeued", file=sys.stderr)
+        return 0
+    if not until_idle:
+        return 0
+    lines, code = idle_summary(
+        store.list_tasks(),
+        engine.idle_report,
+        store.get_setting("fleet_paused") == "1",
+        engine.left_time_waits,
+    )
+    for line in lines:
+        print(line)
+    return code
