@@ -1,4 +1,4 @@
-"""The cockpit's take-the-wheel keys: ``f`` sends a follow-up, ``A`` approves a parked task.
+"""The cockpit's take-the-wheel keys: ``F`` sends a follow-up, ``A`` approves a parked task.
 
 Why: the keys must reach the same store-level commands as ``fleet-tui send`` and ``approve``. The
 cockpit runs on the fake engine for its view, with the commands served by a real Controller over
@@ -54,13 +54,13 @@ def engine_on(store: Store, tasks: list[Task]) -> FakeEngine:
     return engine
 
 
-async def test_f_sends_a_follow_up(store: Store, tmp_path: Path) -> None:
+async def test_shift_f_sends_a_follow_up(store: Store, tmp_path: Path) -> None:
     t = parked_task(store, tmp_path, "job")
     app = sc.make_app(engine_on(store, [t]))
     async with app.run_test(size=SIZE) as pilot:
         assert app.queue.select_id(t.id)
         await pilot.pause()
-        await pilot.press("f")
+        await pilot.press("F")
         await wait_for(pilot, lambda: isinstance(app.screen, FollowUpScreen), "the follow-up dialog")
         await pilot.press(*"add tests", "enter")
         await wait_for(pilot, lambda: store.get_task(t.id).status == TaskStatus.QUEUED, "requeued")  # type: ignore[union-attr]
@@ -73,7 +73,7 @@ async def test_escape_sends_nothing(store: Store, tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         assert app.queue.select_id(t.id)
         await pilot.pause()
-        await pilot.press("f")
+        await pilot.press("F")
         await wait_for(pilot, lambda: isinstance(app.screen, FollowUpScreen), "the follow-up dialog")
         await pilot.press("x", "escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, FollowUpScreen), "dialog closed")

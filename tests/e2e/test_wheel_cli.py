@@ -37,7 +37,7 @@ def add_shell(home: Path, tmp_path: Path, name: str, *extra: str) -> None:
 
 
 def run(home: Path) -> None:
-    fleet(home, "run", "--until-idle", timeout=90)
+    fleet(home, "run", "--until-idle", timeout=90, check=False)
 
 
 def logs(home: Path, name: str) -> list[dict[str, Any]]:

@@ -70,7 +70,7 @@ class FleetApp(WheelKeys, App[None]):
         Binding("c", "cancel_task", "cancel"),
         Binding("m", "merge", "merge"),
         Binding("s", "shell", "shell"),
-        Binding("f", "follow_up", "follow-up", show=False),  # in the help; the footer is full
+        Binding("F", "follow_up", "follow-up", show=False),  # in the help; the footer is full
         Binding("A", "approve", "approve", show=False),
         Binding("T", "takeover", "take over", show=False),
         Binding("slash", "filter", "filter", key_display="/", priority=True),

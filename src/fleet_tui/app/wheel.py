@@ -1,4 +1,4 @@
-"""The cockpit's take-the-wheel keys: ``f`` follow-up, ``A`` approve, ``T`` take over.
+"""The cockpit's take-the-wheel keys: ``F`` follow-up, ``A`` approve, ``T`` take over.
 
 Why a mixin of its own: these keys are the person stepping into a task, and they share the
 engine-side functions of ``fleet-tui send``, ``approve`` and ``takeover`` (scheduler/followup.py,
@@ -23,7 +23,7 @@ class WheelKeys:
     engine: Any
 
     def action_follow_up(self: Any) -> None:
-        """``f``: a message continues the selected task's conversation (``fleet-tui send``)."""
+        """``F``: a message continues the selected task's conversation (``fleet-tui send``)."""
         from fleet_tui.scheduler.followup import send
         from fleet_tui.screens.followup import FollowUpScreen
 

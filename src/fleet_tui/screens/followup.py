@@ -1,6 +1,6 @@
 """The follow-up dialog: one line for the agent, sent as the next turn of its own conversation.
 
-Kept as a small modal of its own (like the confirm dialog) so the cockpit's ``f`` key asks for the
+Kept as a small modal of its own (like the confirm dialog) so the cockpit's ``F`` key asks for the
 message where the person is looking: Enter sends, Escape cancels, an empty line sends nothing.
 """
 
