@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from fleet_tui import __version__
+from fleet_tui import __version__, wheel_cli
 from fleet_tui.report import (
     elapsed,
     event_json,
@@ -903,6 +903,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("mcp-ask-human", help="the stdio MCP server agents call (started by coders)")
     nt = sub.add_parser("notify", help="notifications: `notify test` sends one to every target")
     nt.add_argument("action", choices=["test"])
+    COMMANDS.update(wheel_cli.register(sub))  # send, approve, edit, takeover
     return p
 
 

@@ -96,6 +96,7 @@ class Config:
     loop_same_call: int = 6
     loop_output_tokens: int = 100_000
     loop_same_question: bool = True
+    continue_session: Literal["auto", "fresh"] = "auto"
 
 
 class ConfigError(ValueError):
@@ -246,6 +247,12 @@ KEYS: dict[str, _Key] = {
         "int", "park a task whose agent spends this many output tokens without new output (0: off)", low=0
     ),
     "loop_same_question": _Key("bool", "park a task whose agent asks again a question already answered"),
+    "continue_session": _Key(
+        "str",
+        "auto: a retry, a follow-up or a crash-resume continues the agent's own session when its CLI "
+        "can; fresh: always a new session (a task's own continue key wins)",
+        choices=("auto", "fresh"),
+    ),
 }
 
 

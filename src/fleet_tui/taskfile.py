@@ -49,7 +49,7 @@ MAX_INT = 2**31 - 1
 TASK_KEYS: tuple[str, ...] = (
     "name", "prompt", "cwd", "coder", "model", "command", "git_ref", "priority", "depends_on",
     "timeout_min", "stall_min", "max_retries", "requires", "budget_usd", "setup", "merge", "env",
-    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro", "notify_done", "mcp",
+    "verify", "artifact", "sandbox", "network", "sandbox_rw", "sandbox_ro", "notify_done", "mcp", "continue",
 )  # fmt: skip
 VERIFY_KEYS: tuple[str, ...] = ("run", "agent", "model", "coder", "timeout_min")
 ARTIFACT_KEYS: tuple[str, ...] = ("path", "min_chars", "contains")
@@ -281,6 +281,8 @@ def _check_value(key: str, v: Any) -> str | None:
         return f"notify_done must be true or false, {got}"
     elif key == "merge" and v not in ("manual", "auto", "pr"):
         return f'merge must be "manual", "auto" or "pr", got {v!r}'
+    elif key == "continue" and v not in ("auto", "fresh"):
+        return f'continue must be "auto" or "fresh", got {v!r}'
     elif key == "env":
         if not isinstance(v, dict):
             return f'env must be a table of strings like {{ FOO = "bar" }}, {got}'
@@ -684,7 +686,7 @@ def _build_spec(v: Mapping[str, Any], source: str | None) -> TaskSpec:
         env=tuple(sorted(v.get("env", {}).items())), source=source, sandbox=v.get("sandbox"),
         network=_network(v.get("network")), sandbox_rw=tuple(v.get("sandbox_rw", ())),
         sandbox_ro=tuple(v.get("sandbox_ro", ())),
-        notify_done=bool(v.get("notify_done", False)), mcp=v.get("mcp"),
+        notify_done=bool(v.get("notify_done", False)), mcp=v.get("mcp"), continue_mode=v.get("continue"),
     )  # fmt: skip
 
 
@@ -724,6 +726,16 @@ def validate_spec(
     The same checks as a task file (the spec is turned back into a [[task]] table); a relative
     ``cwd`` is taken from the current folder, and ``depends_on`` must name queued tasks.
     """
+    table = spec_table(spec)
+    rep = _Report("", {})
+    checks = _Checks(known_coders, coder_available)
+    checks.default_coder = default_coder
+    _check_tasks({"task": [table]}, Path.cwd(), checks, existing_names, rep)
+    return [e.message for e in rep.errors]
+
+
+def spec_table(spec: TaskSpec) -> dict[str, Any]:
+    """One task as its ``[[task]]`` table (what ``validate_spec`` checks and ``edit`` shows)."""
     table: dict[str, Any] = {
         "name": spec.name,
         "cwd": spec.cwd,
@@ -742,6 +754,8 @@ def validate_spec(
         table["env"] = dict(spec.env)
     if spec.sandbox is not None:
         table["sandbox"] = spec.sandbox
+    if spec.continue_mode is not None:
+        table["continue"] = spec.continue_mode
     if spec.network is not None:
         table["network"] = list(spec.network) or "none"
     for key in ("sandbox_rw", "sandbox_ro"):
@@ -760,8 +774,4 @@ def validate_spec(
         if "contains" in entry:
             entry["contains"] = list(entry["contains"])
         table.setdefault("artifact" if ver.kind == "artifact" else "verify", []).append(entry)
-    rep = _Report("", {})
-    checks = _Checks(known_coders, coder_available)
-    checks.default_coder = default_coder
-    _check_tasks({"task": [table]}, Path.cwd(), checks, existing_names, rep)
-    return [e.message for e in rep.errors]
+    return table

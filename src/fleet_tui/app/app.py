@@ -34,6 +34,7 @@ from fleet_tui.app.order import SORTS, Row
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, JumpInput, QueueView, focus_now
 from fleet_tui.app.stream import FILL_LIMIT, StreamLog
+from fleet_tui.app.wheel import WheelKeys
 from fleet_tui.gauges import Gauge, gauges
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
 from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
@@ -49,7 +50,7 @@ PULL_SECONDS = 1.0
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 
 
-class FleetApp(App[None]):
+class FleetApp(WheelKeys, App[None]):
     """The cockpit. ``FleetApp(engine, title=..., on_quit="ask", clock=None, run_engine=None)``."""
 
     CSS_PATH = STYLES
@@ -69,6 +70,9 @@ class FleetApp(App[None]):
         Binding("c", "cancel_task", "cancel"),
         Binding("m", "merge", "merge"),
         Binding("s", "shell", "shell"),
+        Binding("F", "follow_up", "follow-up", show=False),  # in the help; the footer is full
+        Binding("A", "approve", "approve", show=False),
+        Binding("T", "takeover", "take over", show=False),
         Binding("slash", "filter", "filter", key_display="/", priority=True),
         Binding("j", "jump", "jump", priority=True),
         # while the jump box has the focus: handled as the key arrives, so that a key typed right
@@ -99,6 +103,9 @@ class FleetApp(App[None]):
         "cancel_task": "Cancel the selected task (asks first)",
         "merge": "Merge the selected task's branch (asks first, shows the diffstat)",
         "shell": "Open a shell in the selected task's working directory",
+        "follow_up": "Send the selected task's agent a follow-up: it continues its own conversation",
+        "approve": "Approve a parked task: it becomes done, with you as its verifier (asks first)",
+        "takeover": "Take over the selected task: its agent stops, its CLI's own session opens (asks first)",
         "filter": "Filter the queue: words, state:running, coder:claude, host:box1, repo:api",
         "jump": "Jump to a task by typing its name (fuzzy; down/up: other matches, escape: back)",
         "next_attention": "Next task that needs you (asking a question or needs_human)",

@@ -203,6 +203,10 @@ class BaseNormalizer:
         return [self.ev(ts, "text", text=line)]
 
 
+class CannotResume(Exception):
+    """Why a coder cannot continue a recorded session (the attempt then starts a fresh one)."""
+
+
 class BaseCoder:
     """Defaults for the optional parts of the protocol."""
 
@@ -215,6 +219,22 @@ class BaseCoder:
     #: what the CLI itself writes under HOME (folders or files, ``~/``-relative), kept writable
     #: when they exist and the task runs in a sandbox (the rest of HOME is read-only)
     sandbox_state: ClassVar[tuple[str, ...]] = ()
+
+    #: whether this CLI can continue a session recorded by an earlier attempt (see resume_argv)
+    can_resume: ClassVar[bool] = False
+
+    def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
+        """The command line that continues ``session_id`` (recorded by the attempt whose
+        directory is ``previous``) with ``ctx.prompt`` as its next turn. Called after
+        ``prepare``; carries the session's files into this attempt's per-run config when the CLI
+        keeps them there. Raises CannotResume saying why not."""
+        raise CannotResume(f"{self.name} cannot continue a session")
+
+    def interactive_argv(self, session_id: str | None, attempt_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """The command and extra environment that open this CLI's own interactive session on
+        ``session_id`` (recorded by the attempt in ``attempt_dir``), for a person taking over a
+        task (``fleet-tui takeover``). Raises CannotResume saying why not."""
+        raise CannotResume(f"the {self.name} coder has no interactive session to open")
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ from fleet_tui.coders.base import (
     AttemptContext,
     BaseCoder,
     BaseNormalizer,
+    CannotResume,
     Setup,
     link_user_files,
     read_text,
@@ -506,6 +508,36 @@ class ClaudeCoder(BaseCoder):
                 model = data["model"]
         notes = () if user_mcp else ("mcp = fleet-only: the user's MCP servers are off",)
         return Setup(tuple(files), (*servers, "ask_human"), model or "Claude Code's default", notes)
+
+    can_resume: ClassVar[bool] = True
+
+    def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
+        """``claude -p ... --resume <id>``: the session's transcript lives under the config dir's
+        ``projects/<cwd>/<id>.jsonl``; an isolated run gets a copy of the previous run's."""
+        name = f"{session_id}.jsonl"
+        if self.isolates_config(ctx):
+            found = sorted((previous / "claude_config" / "projects").glob(f"*/{name}"))
+            for f in found:
+                dst = self.config_dir(ctx) / "projects" / f.parent.name
+                dst.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, dst / name)
+                side = f.parent / session_id  # subagent transcripts and large tool results
+                if side.is_dir():
+                    shutil.copytree(side, dst / session_id, dirs_exist_ok=True)
+        else:
+            root = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+            found = sorted((root / "projects").glob(f"*/{name}"))
+        if not found:
+            raise CannotResume(f"claude session {session_id} not found (its transcript is gone)")
+        return [*self.argv(ctx), "--resume", session_id]
+
+    def interactive_argv(self, session_id: str | None, attempt_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """``claude --resume <id>`` in the run's own config dir when it had one."""
+        if not session_id:
+            raise CannotResume("no claude session id was recorded for this task")
+        own = attempt_dir / "claude_config"
+        env = {"CLAUDE_CONFIG_DIR": str(own)} if own.is_dir() else {}
+        return [self.program or "claude", "--resume", session_id], env
 
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,7 @@ from fleet_tui.coders.base import (
     AttemptContext,
     BaseCoder,
     BaseNormalizer,
+    CannotResume,
     Setup,
     link_user_files,
     read_text,
@@ -125,6 +127,24 @@ def _window_name(minutes: Any) -> str | None:
     return {300: "five_hour", 10080: "seven_day"}.get(int(minutes), f"{int(minutes)}m")
 
 
+#: rollouts copied from the attempt this one resumes, with their sizes then (read from there on)
+CARRIED_ROLLOUTS = "carried_rollouts.json"
+
+
+def carried_offsets(attempt_dir: Path | None) -> dict[Path, int]:
+    """Where to start reading each rollout carried over from a resumed session: its earlier
+    turns were counted by the attempt that ran them."""
+    if attempt_dir is None:
+        return {}
+    try:
+        data = json.loads((attempt_dir / CARRIED_ROLLOUTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {Path(k): v for k, v in data.items() if isinstance(v, int)}
+
+
 class CodexNormalizer(BaseNormalizer):
     """Codex ``exec --json`` lines (and its rollout file, via poll) -> Events; classifies the end."""
 
@@ -144,7 +164,7 @@ class CodexNormalizer(BaseNormalizer):
         self.last_error: str | None = None
         self.reconnects = 0
         self.error_info: Any = None  # rollout task_complete.error.codex_error_info
-        self._offsets: dict[Path, int] = {}
+        self._offsets: dict[Path, int] = carried_offsets(attempt_dir)
         self._pending: list[Event] = []
 
     # -- stdout ----------------------------------------------------------------------------
@@ -565,6 +585,36 @@ class CodexCoder(BaseCoder):
                 model = f"{model} (provider {provider})"
         notes = () if user_mcp else ("mcp = fleet-only: the user's MCP servers are off",)
         return Setup(files, (*servers, "ask_human"), model or "Codex's default", notes)
+
+    can_resume: ClassVar[bool] = True
+
+    def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
+        """``codex exec resume <id> -``: the session's rollout is copied from the previous run's
+        CODEX_HOME into this one's (exec resume has no -C: the agent runs in the workdir)."""
+        old = previous / "codex_home" / "sessions"
+        found = sorted(old.glob(f"**/rollout-*{session_id}.jsonl")) if old.is_dir() else []
+        if not found:
+            raise CannotResume(f"codex session {session_id} not found (its rollout is gone)")
+        carried: dict[str, int] = {}
+        for f in found:
+            dst = self.codex_home(ctx) / "sessions" / f.relative_to(old)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+            carried[str(dst)] = dst.stat().st_size
+        (ctx.attempt_dir / CARRIED_ROLLOUTS).write_text(json.dumps(carried), encoding="utf-8")
+        args = [self.program or "codex", "exec", "resume", "--json", "--skip-git-repo-check"]
+        args.append("--dangerously-bypass-approvals-and-sandbox")
+        if ctx.model:
+            args += ["-m", ctx.model]
+        return [*args, session_id, "-"]
+
+    def interactive_argv(self, session_id: str | None, attempt_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """``codex resume <id>`` with the run's own CODEX_HOME (its config and the rollout)."""
+        if not session_id:
+            raise CannotResume("no codex session id was recorded for this task")
+        return [self.program or "codex", "resume", session_id], {
+            "CODEX_HOME": str(attempt_dir / "codex_home")
+        }
 
     def normalizer(
         self, task_id: str, attempt: int, start_seq: int = 0, attempt_dir: Path | None = None

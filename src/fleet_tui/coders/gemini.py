@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,6 +30,7 @@ from fleet_tui.coders.base import (
     AttemptContext,
     BaseCoder,
     BaseNormalizer,
+    CannotResume,
     Setup,
     link_user_files,
     read_text,
@@ -360,6 +362,23 @@ class GeminiCoder(BaseCoder):
 
     def stdin(self, ctx: AttemptContext) -> bytes | None:
         return ctx.prompt.encode("utf-8")
+
+    can_resume: ClassVar[bool] = True
+
+    def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
+        """``gemini --resume <id>``: the chats live in the run's own GEMINI_CLI_HOME, copied from
+        the previous run's (``.gemini/tmp/<project>/chats``, ``projects.json``)."""
+        old = previous / "gemini" / "home" / ".gemini"
+        if not any((old / "tmp").glob(f"*/chats/session-*{session_id[:8]}*")):
+            raise CannotResume(f"gemini session {session_id} not found (its chat file is gone)")
+        new = self.cli_home(ctx) / ".gemini"
+        new.mkdir(parents=True, exist_ok=True)
+        for name in ("tmp", "history"):
+            if (old / name).is_dir():
+                shutil.copytree(old / name, new / name, dirs_exist_ok=True)
+        if (old / "projects.json").is_file():
+            shutil.copy2(old / "projects.json", new / "projects.json")
+        return [*self.argv(ctx), "--resume", session_id]
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         return {

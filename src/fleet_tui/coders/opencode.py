@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,6 +35,7 @@ from fleet_tui.coders.base import (
     AttemptContext,
     BaseCoder,
     BaseNormalizer,
+    CannotResume,
     Setup,
     link_user_files,
     read_text,
@@ -325,6 +327,22 @@ class OpenCodeCoder(BaseCoder):
 
     def stdin(self, ctx: AttemptContext) -> bytes | None:
         return ctx.prompt.encode("utf-8")
+
+    can_resume: ClassVar[bool] = True
+
+    def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
+        """``opencode run --session <id>``: the session lives in the run's own data dir
+        (``opencode.db``), copied from the previous run's."""
+        old = previous / "opencode" / "xdg" / "data" / "opencode"
+        if not (old / "opencode.db").is_file():
+            raise CannotResume(f"opencode session {session_id} not found (its database is gone)")
+        new = self.xdg_dirs(ctx)["XDG_DATA_HOME"] / "opencode"
+        new.mkdir(parents=True, exist_ok=True)
+        for f in old.glob("opencode.db*"):
+            shutil.copy2(f, new / f.name)
+        cmd = self.argv(ctx)
+        at = cmd.index("--dir")
+        return [*cmd[:at], "--session", session_id, *cmd[at:]]
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         env = {k: str(v) for k, v in self.xdg_dirs(ctx).items()}

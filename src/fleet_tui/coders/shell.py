@@ -16,6 +16,7 @@ whoever spawns it. ``fleet-tui validate`` should catch it earlier. No textual or
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import ClassVar
@@ -72,6 +73,10 @@ class ShellCoder(BaseCoder):
             msg = shlex.quote(missing_command_message(ctx.task.spec.name))
             return [SHELL, "-c", f"echo {msg}; echo {msg} >&2; exit {MISSING_EXIT}"]
         return [SHELL, "-c", command]
+
+    def interactive_argv(self, session_id: str | None, attempt_dir: Path) -> tuple[list[str], dict[str, str]]:
+        """A command has no conversation to resume: a person taking over gets their own shell."""
+        return [os.environ.get("SHELL") or SHELL], {}
 
     def prompt_file(self, ctx: AttemptContext) -> Path:
         return ctx.attempt_dir / "prompt.txt"

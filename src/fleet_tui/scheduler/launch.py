@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
-from fleet_tui.scheduler import sandbox
+from fleet_tui.scheduler import followup, sandbox
 from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.mcp_ask_human import server_launch
-from fleet_tui.scheduler.model import Attempt, Task
+from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.runner import read_json, spawn_shim
 from fleet_tui.scheduler.states import TaskStatus
@@ -218,6 +218,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
             crashed = True
         elif prev.outcome == "context_pressure":
             handoff = _handoff_summary(engine, task, workdir)
+    message = followup.message_text(followup.pending(store, task.id))
     prompt = build_prompt(
         PromptContext(
             task=task,
@@ -229,15 +230,19 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
             retry_output=retry_output,
             crashed=crashed,
             handoff=handoff,
+            followup=message,
         )
     )
+    plan = followup.plan(
+        store, task, prev, engine.cfg.continue_session, coder, retry_reason=retry_reason,
+        retry_output=retry_output, crashed=crashed, handoff=handoff is not None, message=message,
+    )  # fmt: skip
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
     if branch is not None:  # other engines on this home (other stores) must leave it alone
         from fleet_tui.scheduler import wtmark
 
         wtmark.mark(engine.home, workdir.name, getattr(store, "url", ""), task.id, adir)
-    (adir / "prompt.txt").write_text(prompt)
     mcp_command, mcp_env = server_launch(
         store, engine.home, task.id, task.attempt, engine.cfg.question_timeout_min * 60, adir
     )
@@ -256,12 +261,15 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         user_mcp=(task.spec.mcp or engine.cfg.mcp) == "inherit",
     )
     try:
-        coder.prepare(ctx)
-        argv = coder.argv(ctx)
+        cmd = followup.command(coder, ctx, plan, Path(prev.dir) if prev is not None and prev.dir else None)
+        ctx, argv = cmd.ctx, cmd.argv
         extra = coder.env(ctx)
         stdin = coder.stdin(ctx)
     except (ValueError, OSError) as e:
         raise LaunchError(f"{name}: {e}") from e
+    prompt = ctx.prompt
+    (adir / "prompt.txt").write_text(prompt)
+    followup.record(adir, plan, cmd)
     env = dict(os.environ)
     for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
         env.pop(k, None)
@@ -289,6 +297,13 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         )
     )
     store.update_task(task.id, owner=engine.owner, attempt=task.attempt, workdir=str(workdir))
+    next_seq = 0
+    if cmd.note:  # how this attempt started (continued session or fresh, and why): its first event
+        note = Event(task.id, task.attempt, 0, now, "lifecycle", text=cmd.note, session_id=plan.session_id)
+        store.append_events([note], offset=(task.id, task.attempt, 0))
+        next_seq = 1
+    if message is not None:
+        followup.clear_pending(store, task.id)
     try:
         popen = spawn_shim(
             adir,
@@ -313,6 +328,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         shim_pid=popen.pid,
         shim_ticks=ticks,
         started_at=now,
+        next_seq=next_seq,
     )
 
 

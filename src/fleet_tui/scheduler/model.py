@@ -91,6 +91,9 @@ class TaskSpec:
     sandbox_ro: tuple[str, ...] = ()  # extra readable paths in the sandbox (absolute)
     notify_done: bool = False  # send a notification when this task is done (notify/)
     mcp: str | None = None  # "inherit" | "fleet-only"; None: the config's ``mcp`` (the user's servers)
+    #: task-file key ``continue``: "auto" (a retry or follow-up continues the agent's own
+    #: session when its CLI can) | "fresh"; None: the config's ``continue_session``
+    continue_mode: str | None = None
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,25 @@ class PostgresStore(PgBase):
         return self._task(row) if row else None
 
     # -- tasks ---------------------------------------------------------------------------------
+    def update_spec(self, task_id: str, spec: TaskSpec, now: float) -> Task | None:
+        """Replace a queued task's spec (``fleet-tui edit``); None when it is no longer queued."""
+        with self._tx() as tx:
+            row = tx.execute(
+                "SELECT spec FROM tasks WHERE id = %s AND status = 'queued' FOR UPDATE", (task_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            old = spec_from_json(row["spec"])
+            reset = (old.coder, old.model) != (spec.coder, spec.model)
+            tx.execute(
+                "UPDATE tasks SET spec = %s, priority = %s, requires = %s, spec_coder = %s, spec_model = %s,"
+                " coder = CASE WHEN %s THEN NULL ELSE coder END,"
+                " model = CASE WHEN %s THEN NULL ELSE model END, updated_at = %s WHERE id = %s",
+                (spec_to_json(spec), spec.priority, list(spec.requires), spec.coder, spec.model,
+                 reset, reset, now, task_id),
+            )  # fmt: skip
+        return self.get_task(task_id)
+
     def add_tasks(self, specs: Sequence[TaskSpec], now: float) -> list[Task]:
         out: list[str] = []
         wanted = sorted({s.name for s in specs} | {d for s in specs for d in s.depends_on})

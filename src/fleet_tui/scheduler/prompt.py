@@ -44,6 +44,7 @@ class PromptContext:
     crashed: bool = False
     handoff: str | None = None  # summary of the previous session (context handoff)
     ask_human: bool = True
+    followup: str | None = None  # a person's follow-up message (fleet-tui send)
 
 
 def build_prompt(ctx: PromptContext) -> str:
@@ -80,6 +81,11 @@ def build_prompt(ctx: PromptContext) -> str:
         if ctx.retry_output:
             body += "\n\nOutput:\n```\n" + trim(ctx.retry_output) + "\n```"
         parts.append("## Why this is attempt " + str(ctx.attempt) + "\n" + body)
+    if ctx.followup:
+        parts.append(
+            "## A follow-up from a person\nThe task was worked on before; the working directory holds "
+            "that work. Now do this:\n\n" + ctx.followup.strip()
+        )
     # a NUL cannot travel in an argument or a variable: one from an agent's result, a verifier's
     # output or a log is shown as the control picture instead
     return ("\n\n".join(parts) + "\n").replace("\0", "\u2400")

@@ -124,6 +124,7 @@ class SqliteBase(SqliteNotifications):
             )
         self._lock = threading.RLock()
         self._specs: dict[str, TaskSpec] = {}
+        self._spec_texts: dict[str, str] = {}
         try:
             if readonly and os.path.isfile(path):
                 self._db = self._open_readonly(path, busy_timeout_ms)

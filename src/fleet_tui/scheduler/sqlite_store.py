@@ -53,8 +53,10 @@ class SqliteStore(SqliteBase):
         keys = row.keys()
         tid = row["id"]
         spec = self._specs.get(tid)
-        if spec is None:  # a spec never changes after add: parse it once
-            spec = self._specs[tid] = spec_from_json(row["spec"])
+        text = row["spec"]
+        if spec is None or self._spec_texts.get(tid) != text:  # parsed once per version (edit)
+            spec = self._specs[tid] = spec_from_json(text)
+            self._spec_texts[tid] = text
         return Task(
             id=tid,
             spec=spec,
@@ -120,6 +122,26 @@ class SqliteStore(SqliteBase):
                 )
                 out.append(tid)
             return [t for t in (self._get(db, i) for i in out) if t]
+
+    def update_spec(self, task_id: str, spec: TaskSpec, now: float) -> Task | None:
+        """Replace a queued task's spec (``fleet-tui edit``); None when it is no longer queued.
+        A changed coder or model is resolved again at the next claim."""
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT spec FROM tasks WHERE id = ? AND status = 'queued'", (task_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            old = spec_from_json(row["spec"])
+            reset = (old.coder, old.model) != (spec.coder, spec.model)
+            db.execute(
+                "UPDATE tasks SET spec = ?, priority = ?, requires = ?, spec_coder = ?, spec_model = ?,"
+                " coder = CASE WHEN ? THEN NULL ELSE coder END,"
+                " model = CASE WHEN ? THEN NULL ELSE model END, updated_at = ? WHERE id = ?",
+                (spec_to_json(spec), spec.priority, json.dumps(list(spec.requires)), spec.coder, spec.model,
+                 reset, reset, now, task_id),
+            )  # fmt: skip
+            return self._get(db, task_id)
 
     def get_task(self, ref: str) -> Task | None:
         with self._lock:

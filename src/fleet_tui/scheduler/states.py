@@ -37,8 +37,8 @@ ALLOWED: dict[TaskStatus, frozenset[TaskStatus]] = {
     R: frozenset({R, V, D, Q, H, P, C}),  # Q: retry, rate limit, handoff, lost lease
     V: frozenset({D, Q, H, C}),
     P: frozenset({Q, R, C, H}),  # R: resume of a paused running agent (SIGCONT)
-    H: frozenset({Q, C, D}),  # Q: retry by the user; D: merge of a conflict resolved by hand
-    D: frozenset({H, D}),  # H: merge_conflict on a done task; D->D: merge recorded
+    H: frozenset({Q, C, D, H}),  # Q: retry by the user; D: merge resolved / approved; H: takeover
+    D: frozenset({H, D, Q}),  # H: merge_conflict on a done task; D->D: merge recorded; Q: follow-up
     C: frozenset({Q}),  # retry of a cancelled task
 }
 

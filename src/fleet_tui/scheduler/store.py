@@ -153,6 +153,10 @@ class Store(Protocol):
         """Queue all of them in one transaction, or none (DuplicateName / StoreError)."""
         ...
 
+    def update_spec(self, task_id: str, spec: TaskSpec, now: float) -> Task | None:
+        """Replace a queued task's spec (``edit``); None (nothing written) when it is not queued."""
+        ...
+
     def get_task(self, ref: str) -> Task | None:
         """By id, or by unique name."""
         ...

@@ -127,6 +127,7 @@ class DetailScreen(Screen[None]):
         Binding("2", "tab('tab-attempts')", "Attempts"),
         Binding("3", "tab('tab-diff')", "Diff"),
         Binding("4", "tab('tab-log')", "Log"),
+        Binding("c", "review", "Comment on the diff", show=False),  # listed in the help
     ]
 
     def __init__(
@@ -304,6 +305,32 @@ class DetailScreen(Screen[None]):
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#detail-tabs", TabbedContent).active = tab
+
+    def action_review(self) -> None:
+        """``c``: comment on the diff's lines; sending them is a follow-up (``fleet-tui send``)."""
+        self.run_worker(self._review(), group="detail-review", exclusive=True)
+
+    async def _review(self) -> None:
+        from fleet_tui.scheduler.followup import send
+        from fleet_tui.screens.review import ReviewScreen
+
+        task = self.fleet_task
+        try:
+            diff = await self.engine.diff(task.id)
+        except Exception as exc:
+            self.notify(inert(f"could not load the diff: {exc}"), severity="error")
+            return
+        if not diff.strip():
+            self.notify("No diff to comment on yet.", severity="warning")
+            return
+        comments = self.__dict__.setdefault("review_comments", {})
+        sender = getattr(self.app, "send", None)
+
+        def send_text(text: str) -> None:
+            if sender is not None:
+                sender(lambda: send(self.engine, task.id, text))
+
+        await self.app.push_screen(ReviewScreen(task.name, diff, comments, send_text))
 
     def action_close(self) -> None:
         self.dismiss(None)

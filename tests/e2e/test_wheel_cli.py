@@ -1,0 +1,173 @@
+"""send, approve and edit through the real ``fleet-tui`` command, with the shell coder.
+
+Why: these verbs change what a task is and what it does next, so they are tested the way a
+person uses them: a subprocess per command, an engine run in between, and the record read back
+(status --json, logs --json, the attempt's continue.json and prompt). The shell coder cannot
+continue a session, so a follow-up or a retry falls back to a fresh session and must say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_tui.scheduler.store import open_store
+from helpers import by_name, fleet, fleet_bg, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "fleet"
+    fleet(h, "config", "set", "retry_backoff_s", "0")
+    return h
+
+
+def add_shell(home: Path, tmp_path: Path, name: str, *extra: str) -> None:
+    # the agent keeps the prompt it got, so a test can read what each attempt was told
+    cmd = f'cat "$FLEET_PROMPT_FILE" > {tmp_path}/prompt-{name}-$FLEET_ATTEMPT.txt; echo worked'
+    fleet(home, "add", "do the thing", "--name", name, "--coder", "shell", "--command", cmd,
+          "--cwd", str(tmp_path), *extra)  # fmt: skip
+
+
+def run(home: Path) -> None:
+    fleet(home, "run", "--until-idle", timeout=90, check=False)
+
+
+def logs(home: Path, name: str) -> list[dict[str, Any]]:
+    out = fleet(home, "logs", name, "--json").stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def editor(tmp_path: Path, script: str) -> dict[str, str]:
+    path = tmp_path / "editor.sh"
+    path.write_text("#!/bin/sh\n" + script + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    env = dict(os.environ, FLEET_HOME=str(tmp_path / "fleet"), EDITOR=str(path))
+    env.pop("VISUAL", None)
+    env.pop("FLEET_STORE", None)
+    return env
+
+
+def test_send_to_a_coder_that_cannot_resume_starts_fresh_and_says_so(home: Path, tmp_path: Path) -> None:
+    add_shell(home, tmp_path, "job")
+    run(home)
+    assert by_name(home)["job"]["status"] == "done"
+    out = fleet(home, "send", "job", "Also write the changelog entry.").stdout
+    assert "follow-up queued" in out
+    assert by_name(home)["job"]["status"] == "queued"
+    run(home)
+    t = by_name(home)["job"]
+    assert t["status"] == "done" and t["attempt"] == 2, t
+    prompt = (tmp_path / "prompt-job-2.txt").read_text()
+    assert "do the thing" in prompt and "Also write the changelog entry." in prompt  # fresh: whole prompt
+    notes = [e["text"] for e in logs(home, "job") if e["kind"] == "lifecycle" and e["attempt"] == 2]
+    assert notes == ["fresh session: the shell coder cannot continue a session"], notes
+    rec = json.loads((home / "tasks" / t["id"] / "attempts" / "2" / "continue.json").read_text())
+    assert rec == {"continue": "auto", "turn": "followup", "continued": False, "session_id": None,
+                   "note": notes[0]}  # fmt: skip
+    # the message was used once: a later retry does not repeat it
+    store = open_store(None, str(home))
+    try:
+        assert store.get_setting(f"followup:{t['id']}") is None
+    finally:
+        store.close()
+
+
+def test_send_refuses_an_empty_message(home: Path, tmp_path: Path) -> None:
+    add_shell(home, tmp_path, "job")
+    p = fleet(home, "send", "job", "  ", check=False)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "empty" in p.stderr, p.stderr
+
+
+def test_approve_a_parked_task_records_the_person(home: Path, tmp_path: Path) -> None:
+    add_shell(home, tmp_path, "strict", "--verify", "false", "--max-retries", "0")
+    fleet(home, "add", "after it", "--name", "next", "--coder", "shell", "--command", "true",
+          "--cwd", str(tmp_path), "--after", "strict")  # fmt: skip
+    p = fleet(home, "approve", "strict", check=False)
+    assert p.returncode == 1 and "only a parked task" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    run(home)
+    tasks = by_name(home)
+    assert tasks["strict"]["status"] == "needs_human" and tasks["next"]["status"] == "needs_human", tasks
+    out = fleet(home, "approve", "strict").stdout
+    assert "done (approved by " in out
+    t = by_name(home)["strict"]
+    assert t["status"] == "done" and t["reason"].startswith("approved_by:"), t
+    store = open_store(None, str(home))
+    try:
+        last = store.transitions(t["id"])[-1]
+        assert (last.src, last.dst) == ("needs_human", "done") and last.reason == t["reason"]
+        assert "approved by" in (store.get_attempt(t["id"], 1).verify_output or "")
+    finally:
+        store.close()
+    assert by_name(home)["next"]["status"] == "queued"  # its dependent may go on now
+    run(home)
+    assert by_name(home)["next"]["status"] == "done"
+
+
+def test_edit_a_queued_task_through_the_editor(home: Path, tmp_path: Path) -> None:
+    add_shell(home, tmp_path, "job")
+    env = editor(
+        tmp_path, """sed -i 's/^prompt = .*/prompt = "do it better"/; s/^priority = .*/priority = 7/' "$1\""""
+    )
+    out = fleet(home, "edit", "job", env=env).stdout
+    assert out.strip() == "job: edited"
+    t = by_name(home)["job"]
+    assert t["priority"] == 7
+    run(home)
+    assert by_name(home)["job"]["status"] == "done"
+    assert (tmp_path / "prompt-job-1.txt").read_text().startswith("do it better")
+
+
+def test_edit_refuses_bad_values_names_and_non_queued_tasks(home: Path, tmp_path: Path) -> None:
+    add_shell(home, tmp_path, "job")
+    bad = editor(tmp_path, """sed -i 's/^priority = .*/priority = "high"/' "$1\"""")
+    p = fleet(home, "edit", "job", env=bad, check=False)
+    assert p.returncode == 1 and ".toml:" in p.stderr and "priority must be an integer" in p.stderr, p.stderr
+    assert "nothing changed" in p.stderr
+    rename = editor(tmp_path, """sed -i 's/^name = .*/name = "other"/' "$1\"""")
+    p = fleet(home, "edit", "job", env=rename, check=False)
+    assert p.returncode == 1 and "name cannot change" in p.stderr, p.stderr
+    assert by_name(home)["job"]["priority"] == 0
+    run(home)
+    p = fleet(home, "edit", "job", env=bad, check=False)
+    assert p.returncode == 1 and "job is done: only a queued task can be edited" in p.stderr, p.stderr
+
+
+def test_send_to_a_running_task_stops_its_agent_and_continues(home: Path, tmp_path: Path) -> None:
+    keep = f'cat "$FLEET_PROMPT_FILE" > {tmp_path}/prompt-$FLEET_ATTEMPT.txt'
+    cmd = f'[ "$FLEET_ATTEMPT" = 1 ] && sleep 300; {keep}'
+    fleet(
+        home,
+        "add",
+        "long work",
+        "--name",
+        "long",
+        "--coder",
+        "shell",
+        "--command",
+        cmd,
+        "--cwd",
+        str(tmp_path),
+    )
+    engine = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    try:
+        wait_for(lambda: by_name(home)["long"]["status"] == "running", timeout=60, what="running")
+        out = fleet(home, "send", "long", "Stop that and summarise.").stdout
+        assert "agent stopped; follow-up queued" in out, out
+        wait_for(lambda: by_name(home)["long"]["status"] == "done", timeout=60, what="second attempt done")
+    finally:
+        engine.kill()
+        engine.wait(timeout=30)
+    assert "Stop that and summarise." in (tmp_path / "prompt-2.txt").read_text()
+    store = open_store(None, str(home))
+    try:
+        assert store.get_attempt(by_name(home)["long"]["id"], 1).outcome == "killed"
+    finally:
+        store.close()

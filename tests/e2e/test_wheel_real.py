@@ -1,0 +1,226 @@
+"""Taking the wheel with the real claude and codex programs against the fake APIs.
+
+Why: continuing an agent's own conversation is only real when the CLI itself resumes its
+session: these tests drive ``fleet-tui run`` / ``send`` end to end and look at what the CLI sent
+the (fake) model: the second request of the task carries the first turn's messages and the new
+turn (the verifier's failure, or the person's follow-up), and the session id is the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.e2e.test_real_agents import Fleet, claude_env, codex_env
+from tests.fakeapi import Request, Text, require_program
+from tests.fakeapi.anthropic import serve_anthropic
+from tests.fakeapi.openai_responses import serve_openai_responses
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(150)]
+
+
+@pytest.fixture
+def fl(tmp_path: Path) -> Fleet:
+    return Fleet(tmp_path)
+
+
+def fails_once(tmp_path: Path) -> str:
+    flag = tmp_path / "verified-once"
+    return f"test -e {flag} || {{ touch {flag}; echo VERIFY-SAYS-MISSING-DOCSTRING; exit 1; }}"
+
+
+def sessions(fl: Fleet, name: str) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = {}
+    for e in fl.logs_json(name):
+        if e.get("session_id") and e["kind"] != "lifecycle":
+            out.setdefault(e["attempt"], set()).add(e["session_id"])
+    return out
+
+
+def lifecycle(fl: Fleet, name: str, attempt: int) -> list[str]:
+    return [e["text"] for e in fl.logs_json(name) if e["kind"] == "lifecycle" and e["attempt"] == attempt]
+
+
+def continue_record(fl: Fleet, name: str, attempt: int) -> dict[str, Any]:
+    t = fl.task(name)
+    data: dict[str, Any] = json.loads(
+        (fl.home / "tasks" / t["id"] / "attempts" / str(attempt) / "continue.json").read_text()
+    )
+    return data
+
+
+def anthropic_texts(req: Request) -> list[str]:
+    """The text of each message of the request (user and assistant), in order."""
+    out: list[str] = []
+    for m in req.body.get("messages", []):
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        else:
+            blocks = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+            out.append("\n".join(blocks))
+    return out
+
+
+def responses_texts(req: Request) -> list[str]:
+    out: list[str] = []
+    for item in req.body.get("input", []):
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [c.get("text", "") for c in content if isinstance(c, dict)]
+    return out
+
+
+# -- Claude Code ---------------------------------------------------------------------------------
+
+
+def test_claude_retry_continues_the_same_session(fl: Fleet, tmp_path: Path) -> None:
+    require_program("claude")
+    with serve_anthropic([Text("First try: done."), Text("Added the docstring.")]) as (url, rec):
+        claude_env(fl, url)
+        fl.add("claude", "doc", "Write a module docstring", "--verify", fails_once(tmp_path))
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("doc")
+    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("doc"))
+    assert len(calls) == 2, [c.body for c in calls]
+    second = anthropic_texts(calls[1])
+    assert any("Write a module docstring" in x for x in second), second  # the first turn's messages
+    assert any("First try: done." in x for x in second[:-1]), second
+    assert "VERIFY-SAYS-MISSING-DOCSTRING" in second[-1], second  # the failure is the new turn
+    assert "Write a module docstring" not in second[-1]
+    s = sessions(fl, "doc")
+    assert len(s[1]) == 1 and s[1] == s[2], s
+    rec2 = continue_record(fl, "doc", 2)
+    assert rec2["continued"] and rec2["session_id"] in s[1] and rec2["turn"] == "retry", rec2
+    assert any("continuing session" in x for x in lifecycle(fl, "doc", 2))
+
+
+def test_claude_send_on_a_done_task_continues_with_the_message(fl: Fleet) -> None:
+    require_program("claude")
+    with serve_anthropic([Text("Done the first part."), Text("Renamed it.")]) as (url, rec):
+        claude_env(fl, url)
+        fl.add("claude", "part", "Write part one")
+        fl.run_until_idle()
+        assert fl.task("part")["status"] == "done", fl.stderr_of("part")
+        out = fl("send", "part", "Now rename foo to bar, please").stdout
+        assert "follow-up queued" in out, out
+        assert fl.task("part")["status"] == "queued"
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("part")
+    assert t["status"] == "done" and t["attempt"] == 2 and t["result_text"] == "Renamed it.", t
+    second = anthropic_texts(calls[1])
+    assert any("Done the first part." in x for x in second[:-1]), second
+    assert any("Write part one" in x for x in second[:-1]), second
+    assert "Now rename foo to bar, please" in second[-1], second
+    s = sessions(fl, "part")
+    assert s[1] == s[2], s
+    assert continue_record(fl, "part", 2)["turn"] == "followup"
+
+
+def test_claude_fresh_when_the_task_says_so(fl: Fleet, tmp_path: Path) -> None:
+    require_program("claude")
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text(
+        f'[[task]]\nname = "fresh"\ncwd = "{fl.work}"\ncoder = "claude"\nprompt = "Do it"\n'
+        f'continue = "fresh"\n[[task.verify]]\nrun = "{fails_once(tmp_path)}"\n'
+    )
+    with serve_anthropic([Text("FIRST-ANSWER"), Text("SECOND-ANSWER")]) as (url, rec):
+        claude_env(fl, url)
+        fl("load", str(tasks))
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    assert fl.task("fresh")["status"] == "done"
+    second = anthropic_texts(calls[1])
+    assert not any("FIRST-ANSWER" in x for x in second), second
+    assert any("VERIFY-SAYS-MISSING-DOCSTRING" in x for x in second), second
+    s = sessions(fl, "fresh")
+    assert s[1] != s[2], s
+    assert lifecycle(fl, "fresh", 2) == ["fresh session (continue = fresh)"]
+
+
+# -- Codex -----------------------------------------------------------------------------------------
+
+
+def test_codex_retry_continues_the_same_session(fl: Fleet, tmp_path: Path) -> None:
+    require_program("codex")
+    with serve_openai_responses([Text("First try: done."), Text("Added the docstring.")]) as (url, rec):
+        codex_env(fl, url)
+        fl.add(
+            "codex",
+            "doc",
+            "Write a module docstring",
+            "--verify",
+            fails_once(tmp_path),
+            "--model",
+            "fake-model",
+        )
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("doc")
+    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("doc"))
+    assert len(calls) == 2, [c.body for c in calls]
+    second = responses_texts(calls[1])
+    assert any("Write a module docstring" in x for x in second), second
+    assert "First try: done." in second, second
+    assert "VERIFY-SAYS-MISSING-DOCSTRING" in second[-1], second
+    s = sessions(fl, "doc")
+    assert len(s[1]) == 1 and s[1] == s[2], s
+    assert continue_record(fl, "doc", 2)["continued"]
+
+
+def test_codex_send_on_a_done_task_continues_with_the_message(fl: Fleet) -> None:
+    require_program("codex")
+    with serve_openai_responses([Text("Done the first part."), Text("Renamed it.")]) as (url, rec):
+        codex_env(fl, url)
+        fl.add("codex", "part", "Write part one", "--model", "fake-model")
+        fl.run_until_idle()
+        assert fl.task("part")["status"] == "done", fl.stderr_of("part")
+        fl("send", "part", "Now rename foo to bar, please")
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("part")
+    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("part"))
+    second = responses_texts(calls[1])
+    assert "Done the first part." in second and "Now rename foo to bar, please" in second[-1], second
+    s = sessions(fl, "part")
+    assert s[1] == s[2], s
+
+
+# -- Gemini CLI ------------------------------------------------------------------------------------
+
+
+def gemini_texts(req: Request) -> list[str]:
+    out: list[str] = []
+    for c in req.body.get("contents", []):
+        out.append("\n".join(p.get("text", "") for p in c.get("parts", []) if isinstance(p, dict)))
+    return out
+
+
+def test_gemini_retry_continues_the_same_session(fl: Fleet, tmp_path: Path) -> None:
+    require_program("gemini")
+    from tests.fakeapi.gemini import serve_gemini
+
+    with serve_gemini([Text("First try: done."), Text("Added the docstring.")]) as (url, rec):
+        fl.env.update(
+            GEMINI_API_KEY="fake-key", GEMINI_CLI_HOME=str(fl.user_home), GOOGLE_GEMINI_BASE_URL=url
+        )
+        for var in ("GOOGLE_GENAI_USE_GCA", "GOOGLE_GENAI_USE_VERTEXAI", "GOOGLE_API_KEY"):
+            fl.env.pop(var, None)
+        fl.add("gemini", "doc", "Write a module docstring", "--verify", fails_once(tmp_path),
+               "--model", "gemini-2.5-flash")  # fmt: skip
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("doc")
+    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("doc"))
+    second = gemini_texts(calls[-1])
+    assert any("Write a module docstring" in x for x in second[:-1]), second
+    assert any("First try: done." in x for x in second[:-1]), second
+    assert "VERIFY-SAYS-MISSING-DOCSTRING" in second[-1], second
+    s = sessions(fl, "doc")
+    assert len(s[1]) == 1 and s[1] == s[2], s
