@@ -21,6 +21,7 @@ import pytest
 from tests.fakeapi import Request, Text, ToolCall, require_program
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
 from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
+from tests.fakeapi.user_setups import codex_user
 
 from fleet_tui.scheduler import sandbox as sb
 from helpers import by_name, fleet, fleet_bg, fleet_env, wait_for
@@ -146,8 +147,10 @@ def test_codex_completes_a_task_in_the_sandbox_and_asks_a_human(tmp_path: Path) 
         return ToolCall("exec_command", {"cmd": "sleep 1"})
 
     with serve_openai_responses([(turn, None)]) as (url, rec):
-        box.env.update(FLEET_CODEX_BASE_URL=url, FLEET_CODEX_API_KEY="sk-fake", OPENAI_API_KEY="",
-                       CODEX_API_KEY="", OPENAI_BASE_URL="")  # fmt: skip
+        # configured as Codex users do: a custom provider in ~/.codex/config.toml; the task's
+        # model is one Codex does not know, so it lists MCP tools directly (no tool_search)
+        box.env.update(codex_user(box.user_home, url), OPENAI_API_KEY="", CODEX_API_KEY="",
+                       OPENAI_BASE_URL="")  # fmt: skip
         box("add", "Write marker.txt", "--coder", "codex", "--name", "boxed", "--cwd", str(box.work),
             "--model", "fake-model")  # fmt: skip
         box.run_answering("boxed", "Which database?")
