@@ -157,3 +157,32 @@ def test_inert_shows_escapes_visibly() -> None:
     assert fmt.inert("one\r\ntwo\rthree") == "one\ntwo\nthree"
     assert fmt.inert("one\ntwo  three", one_line=True) == "one two three"
     assert fmt.truncate("\x1b]0;title\x07rest", 80) == "␛]0;title␇rest"
+
+
+def test_header_says_when_no_engine_is_live_and_how_old_the_figures_are() -> None:
+    snap = replace(sc.rate_limited().snapshot(), stale_since=sc.NOW - 125)
+    head = fmt.header_text("fleet-tui", snap, questions=0, now=sc.NOW)
+    assert head.startswith("fleet-tui ─ NO ENGINE (figures 2m05s old) · 1 running")
+    narrow = fmt.header_text("fleet-tui", snap, questions=0, now=sc.NOW, width=60)
+    assert narrow.startswith("NO ENGINE (figures 2m05s old)")  # kept when the title gives way
+    assert "NO ENGINE" not in fmt.header_text("fleet-tui", sc.rate_limited().snapshot(), 0, sc.NOW)
+
+
+@pytest.mark.anyio
+async def test_attached_view_marks_its_snapshot_stale_without_a_live_engine(tmp_path: Path) -> None:
+    """Headless: an attached view on a store no engine runs on says its figures are old."""
+    from fleet_tui.config import Config
+    from fleet_tui.scheduler.model import TaskSpec
+    from fleet_tui.scheduler.store import open_store
+    from fleet_tui.scheduler.view import AttachedView
+
+    store = open_store(None, str(tmp_path))
+    store.add_tasks([TaskSpec(name="one", prompt="p", cwd=str(tmp_path), coder="sim")], sc.NOW - 300)
+    view = AttachedView(store, tmp_path, Config(), clock=lambda: sc.NOW)
+    try:
+        await view.refresh()
+        snap = view.snapshot()
+        assert snap.stale_since is not None and snap.stale_since <= sc.NOW
+        assert "NO ENGINE" in fmt.header_text("fleet-tui", snap, 0, sc.NOW)
+    finally:
+        store.close()

@@ -270,6 +270,8 @@ def header_text(title: str, snap: Snapshot, questions: int, now: float, width: i
         parts.append(f"{questions} question{'s' if questions != 1 else ''}")
     if snap.gauges.paused:
         parts.insert(0, "PAUSED")
+    if snap.stale_since is not None:  # attached, and no engine is live: nothing moves
+        parts.insert(0, f"NO ENGINE (figures {duration(now - snap.stale_since)} old)")
     worst = worst_rate_limit(snap.gauges.rate_limits)
     finished = [f"{counts[s]} {s}" for s in ("done", "cancelled") if counts.get(s)]
     mem = size(snap.gauges.mem_available)

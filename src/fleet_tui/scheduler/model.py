@@ -361,6 +361,9 @@ class Snapshot:
     hosts: tuple[Host, ...] = ()
     gauges: Gauges = field(default_factory=Gauges)
     series: tuple[HostSeries, ...] = ()  # per host, for sparklines (the fleet's is their sum)
+    #: an attached view with no engine live on the store: when its figures were last fresh (the
+    #: newest engine heartbeat, else when it was taken); None while an engine is live
+    stale_since: float | None = None
 
 
 @dataclass(frozen=True)

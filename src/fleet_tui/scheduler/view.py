@@ -165,6 +165,9 @@ class AttachedView(Controller):
         live = await anyio.to_thread.run_sync(
             lambda: bool(self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)))
         )
+        if not live:  # the header says so, with the figures' age, for as long as it lasts
+            beats = [h.heartbeat for h in snap.hosts]
+            self._snapshot = replace(snap, stale_since=max(beats) if beats else snap.taken_at)
         if live != self._engine_live:  # without an engine nothing moves: the figures are old
             first, self._engine_live = self._engine_live is None, live
             beats = [h.heartbeat for h in snap.hosts]
