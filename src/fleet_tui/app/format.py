@@ -17,6 +17,7 @@ from operator import attrgetter
 from rich.style import Style
 from rich.text import Text
 
+from fleet_tui import gauges
 from fleet_tui.scheduler.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import Event, Question, RateLimit, Snapshot, Task
 from fleet_tui.scheduler.states import TaskStatus
@@ -100,13 +101,7 @@ def count(n: int | None) -> str:
 
 def size(n: int | None) -> str:
     """Bytes as ``9.8G``, ``512M``; ``?`` when unknown (an unknown reading is never plenty)."""
-    if n is None:
-        return "?"
-    for unit, div in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= div:
-            v = n / div
-            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
-    return f"{n}B"
+    return gauges.size(n)  # one rule for the header, the gauges and ``status --gauges``
 
 
 def cost(usd: float) -> str:
