@@ -19,10 +19,10 @@ import sys
 import tempfile
 import time
 
-from fleet_tui.scheduler import mcp_stdio
+from fleet_tui.scheduler.humans import mcp_stdio
 
 LEAN = list(mcp_stdio.command())
-SDK = [sys.executable, "-m", "fleet_tui.scheduler.mcp_ask_human"]
+SDK = [sys.executable, "-m", "fleet_tui.scheduler.humans.mcp_ask_human"]
 INIT = (
     json.dumps(
         {

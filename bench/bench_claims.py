@@ -35,11 +35,11 @@ DEFAULT_PG = os.environ.get("FLEET_TEST_PG_URL", "postgresql://postgres@127.0.0.
 # -- workers (run in child processes) ------------------------------------------------------------
 def _open(kind: str, target: str) -> Any:
     if kind == "pg":
-        from fleet_tui.scheduler.postgres_store import PostgresStore
+        from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
         url, schema = target.split("|")
         return PostgresStore(url, schema=schema)
-    from fleet_tui.scheduler.sqlite_store import SqliteStore
+    from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
     return SqliteStore(target)
 
@@ -114,7 +114,7 @@ def bench_pg(url: str, tasks: int, procs: int) -> tuple[float, float] | None:
     except Exception as e:
         print(f"postgres: skipped ({str(e).strip().splitlines()[0]})")
         return None
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     schema = f"fleet_bench_{uuid.uuid4().hex[:8]}"
     try:
@@ -136,7 +136,7 @@ def bench_pg(url: str, tasks: int, procs: int) -> tuple[float, float] | None:
 
 
 def bench_sqlite(tasks: int, procs: int) -> tuple[float, float]:
-    from fleet_tui.scheduler.sqlite_store import SqliteStore
+    from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as d:
         path = os.path.join(d, "fleet.db")

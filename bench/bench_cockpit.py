@@ -52,8 +52,8 @@ from fleet_tui.app.app import FleetApp
 from fleet_tui.config import Config
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import TaskSpec
-from fleet_tui.scheduler.sqlite_store import SqliteStore
 from fleet_tui.scheduler.states import TERMINAL
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from fleet_tui.screens.help import HelpScreen
 
 TICK = 0.010

@@ -176,7 +176,7 @@ async def run_one(cfg: dict[str, Any]) -> dict[str, Any]:
     elif kind == "engine":
         from fleet_tui.config import Config
         from fleet_tui.scheduler.engine import Engine
-        from fleet_tui.scheduler.sqlite_store import SqliteStore
+        from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
         home = Path(tmp.name)
         store = SqliteStore(str(home / "fleet.db"))

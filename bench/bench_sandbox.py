@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleet_tui.scheduler import sandbox as sb
-from fleet_tui.scheduler import sandbox_policy as sbp
+from fleet_tui.scheduler.sandbox import bwrap as sb
+from fleet_tui.scheduler.sandbox import policy as sbp
 
 
 def sample(commands: Sequence[Sequence[str]], n: int, cwd: Path) -> list[list[float]]:

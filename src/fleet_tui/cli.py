@@ -30,7 +30,7 @@ from fleet_tui.report import (
     task_json,
     why,
 )
-from fleet_tui.scheduler.inbox import sanitize_for_display as clean
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display as clean
 
 #: commands that only look: they work (with a warning) while config.toml is broken
 LENIENT_CONFIG_COMMANDS = frozenset(
@@ -131,7 +131,7 @@ class Ctx:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from fleet_tui.scheduler.store import StoreError, open_store, sqlite_path
+            from fleet_tui.scheduler.store.protocol import StoreError, open_store, sqlite_path
             from fleet_tui.trust import TrustError, check_trusted
 
             url = getattr(self.args, "store", None) or os.environ.get("FLEET_STORE") or self.cfg.store
@@ -227,10 +227,10 @@ def _name_statuses(ctx: Ctx) -> dict[str, str]:
 
 def cmd_import(ctx: Ctx) -> int:
     """``import github OWNER/REPO``: one task per matching open issue not imported yet."""
-    from fleet_tui.scheduler import ghimport
-    from fleet_tui.scheduler.github import GitHub, GitHubError
+    from fleet_tui.scheduler.github import ghimport
+    from fleet_tui.scheduler.github.api import GitHub, GitHubError
+    from fleet_tui.scheduler.github.pullrequest import put_link
     from fleet_tui.scheduler.model import TaskSpec, VerifySpec
-    from fleet_tui.scheduler.pullrequest import put_link
     from fleet_tui.taskfile import validate_spec
 
     a = ctx.args
@@ -239,7 +239,7 @@ def cmd_import(ctx: Ctx) -> int:
     cwd = Path(a.cwd).resolve()
     git_ref = a.git_ref
     if git_ref is None and a.merge == "pr":  # a pull request needs a branch: the checkout's branch
-        from fleet_tui.scheduler.worktree import _git
+        from fleet_tui.scheduler.git.worktree import _git
 
         status, out, _ = _git(cwd, "symbolic-ref", "--short", "-q", "HEAD", check=False)
         if status != 0 or not out.strip():
@@ -360,7 +360,7 @@ def cmd_run(ctx: Ctx) -> int:
             engine, ctx.store, until_idle=a.until_idle, on_quit=ctx.cfg.on_quit, printer=printer
         )
     except BaseException as e:  # a store that failed for good: one clear line, no traceback
-        from fleet_tui.scheduler.outage import store_error_of
+        from fleet_tui.scheduler.store.outage import store_error_of
 
         err = store_error_of(e)
         if err is None:
@@ -390,8 +390,8 @@ def cmd_status(ctx: Ctx) -> int:
         hidden = archived_ids(store)
         tasks = [t for t in tasks if t.id not in hidden]
     tasks = _fresh_waiting(ctx, tasks, now)
-    from fleet_tui.scheduler.pullrequest import link_json, link_line
-    from fleet_tui.scheduler.pullrequest import links as pr_links
+    from fleet_tui.scheduler.github.pullrequest import link_json, link_line
+    from fleet_tui.scheduler.github.pullrequest import links as pr_links
 
     links = pr_links(store, tasks)
     if ctx.args.json:
@@ -538,7 +538,7 @@ def cmd_archive(ctx: Ctx) -> int:
 
 
 def cmd_questions(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.inbox import choices, free_text
+    from fleet_tui.scheduler.humans.inbox import choices, free_text
 
     qs = ctx.store.pending_questions()
     names = {t.id: t.name for t in ctx.store.list_tasks()}
@@ -575,7 +575,7 @@ def cmd_questions(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.attempt_guard import inside_attempt
+    from fleet_tui.scheduler.procs.attempt_guard import inside_attempt
 
     why_inside = inside_attempt()
     if why_inside is not None:  # an agent must not answer its own or another agent's question
@@ -646,7 +646,7 @@ def cmd_plan(ctx: Ctx) -> int:
 
 
 def cmd_hosts(ctx: Ctx) -> int:
-    from fleet_tui.scheduler.headroom import format_gib
+    from fleet_tui.scheduler.policy.headroom import format_gib
 
     now = time.time()
     hosts = ctx.store.hosts()
@@ -702,7 +702,7 @@ def cmd_doctor(ctx: Ctx) -> int:
 def _doctor_sandbox(ctx: Ctx) -> int:
     """The sandbox line: whether bwrap works here, and whether tasks use it by default."""
     from fleet_tui.config import ConfigError, config_path, load_config
-    from fleet_tui.scheduler.sandbox import probe
+    from fleet_tui.scheduler.sandbox.bwrap import probe
 
     try:
         mode = load_config(config_path(ctx.home)).sandbox
@@ -755,7 +755,7 @@ def cmd_notify(ctx: Ctx) -> int:
 
 def cmd_mcp(ctx: Ctx) -> int:
     # the lean entry point: answers the handshake itself, runs the SDK server behind it
-    from fleet_tui.scheduler.mcp_stdio import main as mcp_main
+    from fleet_tui.scheduler.humans.mcp_stdio import main as mcp_main
 
     return mcp_main()
 
@@ -938,7 +938,7 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     from fleet_tui.config import ConfigError
     from fleet_tui.scheduler.private import go_private
-    from fleet_tui.scheduler.store import StoreError
+    from fleet_tui.scheduler.store.protocol import StoreError
     from fleet_tui.trust import TrustError
 
     go_private()  # the home's files (prompts, outputs, per-run configs) are the user's alone

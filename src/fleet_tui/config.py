@@ -308,7 +308,7 @@ def _check(key: str, value: Any) -> Any:
                 f"{key} must not be empty" + (" (use none to unset it)" if spec.optional else "")
             )
         if key == "store":  # a typo must be refused here, not replaced by the home's fleet.db later
-            from fleet_tui.scheduler.store import StoreError, check_store_url
+            from fleet_tui.scheduler.store.protocol import StoreError, check_store_url
 
             try:
                 check_store_url(value)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import HostSeries, Snapshot
 from fleet_tui.scheduler.series import fleet_total, window
 

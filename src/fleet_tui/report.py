@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_tui.repos import group_order, repo_labels, repo_root, urgency
-from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.timing import elapsed
 
 
@@ -209,7 +209,7 @@ def print_gauges(store: Any, cfg: Any, home: Path, *, as_json: bool) -> int:
     import shutil
 
     from fleet_tui import gauges
-    from fleet_tui.scheduler.headroom import read_headroom
+    from fleet_tui.scheduler.policy.headroom import read_headroom
     from fleet_tui.scheduler.view import build_snapshot
 
     now = time.time()

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import anyio
 
-from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import EngineEvent, Task
 from fleet_tui.scheduler.states import TaskStatus
 

@@ -3,7 +3,7 @@
 Why a module of their own: they are the person stepping into a task (a follow-up into the agent's
 own conversation, settling a parked task, editing a queued one, driving the agent's CLI by
 hand), and keeping them here leaves cli.py a plain table of verbs. Each verb is argument
-handling around an engine-side function (scheduler/followup.py, scheduler/settle.py).
+handling around an engine-side function (scheduler/humans/followup.py, scheduler/humans/settle.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from fleet_tui.scheduler.inbox import sanitize_for_display as clean
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display as clean
 
 
 def register(sub: Any) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def _fail(message: str) -> Exception:
 
 def cmd_send(ctx: Any) -> int:
     from fleet_tui.cli import _controller
-    from fleet_tui.scheduler import followup
+    from fleet_tui.scheduler.humans import followup
 
     args: argparse.Namespace = ctx.args
     text = sys.stdin.read() if args.message == "-" else args.message
@@ -67,7 +67,7 @@ def cmd_send(ctx: Any) -> int:
 
 def cmd_approve(ctx: Any) -> int:
     from fleet_tui.cli import _controller
-    from fleet_tui.scheduler import followup, settle
+    from fleet_tui.scheduler.humans import followup, settle
 
     res = anyio.run(settle.approve, _controller(ctx), ctx.args.task, followup.user_name())
     if not res.ok:
@@ -91,7 +91,7 @@ def cmd_edit(ctx: Any) -> int:
     import tomlkit
 
     from fleet_tui.cli import _coder_tools, _task_or_fail
-    from fleet_tui.scheduler import settle
+    from fleet_tui.scheduler.humans import settle
     from fleet_tui.scheduler.states import TaskStatus
     from fleet_tui.taskfile import load_taskfile, spec_table
 
@@ -153,11 +153,11 @@ def _ask(name: str) -> str:
 
 def cmd_takeover(ctx: Any) -> int:
     from fleet_tui.cli import _controller
-    from fleet_tui.scheduler import followup, takeover
     from fleet_tui.scheduler.engine import Engine
+    from fleet_tui.scheduler.humans import followup, takeover
     from fleet_tui.scheduler.launch import after_done
-    from fleet_tui.scheduler.sandbox_policy import verifier_wrap
-    from fleet_tui.scheduler.verify import run_verifiers
+    from fleet_tui.scheduler.policy.verify import run_verifiers
+    from fleet_tui.scheduler.sandbox.policy import verifier_wrap
 
     by = followup.user_name()
     ctl = _controller(ctx)

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from fleet_tui.app.order import QueueModel
-from fleet_tui.scheduler.sqlite_store import SqliteStore
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from helpers import fleet
 
 

@@ -424,7 +424,7 @@ def make_ctx(
         attempt_dir=tmp_path / "attempts" / "1",
         home=tmp_path / "home",
         model=model,
-        mcp_command=("python3", "-m", "fleet_tui.scheduler.mcp_ask_human") if mcp else (),
+        mcp_command=("python3", "-m", "fleet_tui.scheduler.humans.mcp_ask_human") if mcp else (),
         mcp_env={"FLEET_TASK_ID": "t1", "FLEET_ATTEMPT": "1"} if mcp else {},
     )
 
@@ -468,7 +468,7 @@ def test_stdin_env_and_prepare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             "ask_human": {
                 "type": "stdio",
                 "command": "python3",
-                "args": ["-m", "fleet_tui.scheduler.mcp_ask_human"],
+                "args": ["-m", "fleet_tui.scheduler.humans.mcp_ask_human"],
                 "env": {"FLEET_TASK_ID": "t1", "FLEET_ATTEMPT": "1"},
             }
         }

@@ -413,7 +413,7 @@ def make_ctx(
         attempt_dir=tmp_path / "attempts" / "2",
         home=tmp_path / "home",
         model=model,
-        mcp_command=("python3", "-m", "fleet_tui.scheduler.mcp_ask_human") if mcp else (),
+        mcp_command=("python3", "-m", "fleet_tui.scheduler.humans.mcp_ask_human") if mcp else (),
         mcp_env={"FLEET_TASK_ID": "t1", "FLEET_ATTEMPT": "2"} if mcp else {},
     )
 
@@ -475,7 +475,7 @@ def test_prepare_keeps_the_users_config_and_adds_ask_human(tmp_path: Path, user_
     assert cfg["mcp_servers"]["other"] == {"command": "x"}
     server = cfg["mcp_servers"]["ask_human"]
     assert server["command"] == "python3"
-    assert server["args"] == ["-m", "fleet_tui.scheduler.mcp_ask_human"]
+    assert server["args"] == ["-m", "fleet_tui.scheduler.humans.mcp_ask_human"]
     assert server["env"] == {"FLEET_TASK_ID": "t1", "FLEET_ATTEMPT": "2"}
     assert server["tool_timeout_sec"] >= 3600
     assert server["default_tools_approval_mode"] == "approve"

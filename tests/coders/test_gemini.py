@@ -383,13 +383,13 @@ def test_prepare_registers_ask_human(
 ) -> None:
     monkeypatch.setenv("GEMINI_API_KEY", "k")
     c = GeminiCoder()
-    ctx = make_ctx(tmp_path, mcp_command=("python", "-m", "fleet_tui.scheduler.mcp_ask_human"),
+    ctx = make_ctx(tmp_path, mcp_command=("python", "-m", "fleet_tui.scheduler.humans.mcp_ask_human"),
                    mcp_env={"FLEET_TASK_ID": "t1"})  # fmt: skip
     c.prepare(ctx)
     s = json.loads(c.settings_path(ctx).read_text())
     server = s["mcpServers"]["ask_human"]
     assert server["command"] == "python"
-    assert server["args"] == ["-m", "fleet_tui.scheduler.mcp_ask_human"]
+    assert server["args"] == ["-m", "fleet_tui.scheduler.humans.mcp_ask_human"]
     assert server["env"] == {"FLEET_TASK_ID": "t1"}
     assert server["trust"] is True and server["timeout"] >= 3600_000
     assert s["security"]["auth"]["selectedType"] == "gemini-api-key"

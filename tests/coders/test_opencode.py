@@ -324,7 +324,7 @@ def test_prepare_layers_only_fleets_needs(tmp_path: Path, monkeypatch: pytest.Mo
     path = user_config(tmp_path, monkeypatch, USER_CFG)
     before = path.read_bytes()
     c = OpenCodeCoder()
-    ctx = make_ctx(tmp_path, mcp_command=("python", "-m", "fleet_tui.scheduler.mcp_ask_human"),
+    ctx = make_ctx(tmp_path, mcp_command=("python", "-m", "fleet_tui.scheduler.humans.mcp_ask_human"),
                    mcp_env={"FLEET_TASK_ID": "t1"})  # fmt: skip
     c.prepare(ctx)
     cfg = json.loads(c.config_path(ctx).read_text())
@@ -332,7 +332,7 @@ def test_prepare_layers_only_fleets_needs(tmp_path: Path, monkeypatch: pytest.Mo
     mcp = cfg["mcp"]
     assert set(mcp) == {"ask_human"}  # the user's servers come from their own file, untouched
     assert mcp["ask_human"]["type"] == "local"
-    assert mcp["ask_human"]["command"] == ["python", "-m", "fleet_tui.scheduler.mcp_ask_human"]
+    assert mcp["ask_human"]["command"] == ["python", "-m", "fleet_tui.scheduler.humans.mcp_ask_human"]
     assert mcp["ask_human"]["environment"] == {"FLEET_TASK_ID": "t1"}
     assert "provider" not in cfg and "model" not in cfg
     assert c.config_path(ctx).stat().st_mode & 0o777 == 0o600

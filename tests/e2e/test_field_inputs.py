@@ -25,8 +25,8 @@ import pytest
 
 from fleet_tui.scheduler.launch import attempt_dir
 from fleet_tui.scheduler.model import Event, TaskSpec
-from fleet_tui.scheduler.sqlite_store import SqliteStore
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from helpers import FLEET, fleet, fleet_env
 
 ROOT = os.geteuid() == 0
@@ -466,7 +466,7 @@ def test_read_only_commands_work_with_a_read_only_postgres_role(tmp_path: Path) 
     import psycopg
     from psycopg import sql
 
-    from fleet_tui.scheduler.store import open_store
+    from fleet_tui.scheduler.store.protocol import open_store
 
     pg_url = os.environ.get("FLEET_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
     try:

@@ -175,7 +175,7 @@ class Fleet:
         return st if len(st) == n and all(t["status"] == "done" for t in st) else None
 
     def store(self) -> Any:
-        from fleet_tui.scheduler.postgres_store import PostgresStore
+        from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
         return PostgresStore(self.url)
 
@@ -464,8 +464,8 @@ def test_a_host_frozen_inside_a_transaction_does_not_hold_its_tasks(multi: Fleet
     its tasks; the server must end that session so a peer can reclaim them (in-process stores:
     the frozen engine is a thread parked inside ``_tx()`` after its heartbeat's UPDATE)."""
     from fleet_tui.scheduler.model import TaskSpec
-    from fleet_tui.scheduler.postgres_store import PostgresStore
-    from fleet_tui.scheduler.store import StoreError
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.protocol import StoreError
 
     f = multi
     frozen = PostgresStore(f.url, idle_tx_timeout_s=1.0)

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from fleet_tui.scheduler import sandbox as sb
+from fleet_tui.scheduler.sandbox import bwrap as sb
 from helpers import by_name, fleet, fleet_bg, fleet_env, pid_alive, wait_for
 
 pytestmark = pytest.mark.timeout(180)

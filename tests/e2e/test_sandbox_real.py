@@ -23,7 +23,7 @@ from tests.fakeapi.anthropic import serve_anthropic, tool_results
 from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
 from tests.fakeapi.user_setups import codex_user
 
-from fleet_tui.scheduler import sandbox as sb
+from fleet_tui.scheduler.sandbox import bwrap as sb
 from helpers import by_name, fleet, fleet_bg, fleet_env, wait_for
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(200)]

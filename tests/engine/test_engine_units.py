@@ -10,10 +10,10 @@ import pytest
 
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.model import EngineEvent
-from fleet_tui.scheduler.runner import LineSplitter
-from fleet_tui.scheduler.shim import dump_json
-from fleet_tui.scheduler.sqlite_store import SqliteStore
-from fleet_tui.scheduler.store import StoreError, is_nfs
+from fleet_tui.scheduler.procs.runner import LineSplitter
+from fleet_tui.scheduler.procs.shim import dump_json
+from fleet_tui.scheduler.store.protocol import StoreError, is_nfs
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -79,7 +79,7 @@ def test_nfs_home_is_detected_and_refused(tmp_path: Path, monkeypatch: pytest.Mo
     (tmp_path / "nfs").mkdir()
     assert is_nfs(str(tmp_path / "nfs" / "home"), str(mounts))
     assert not is_nfs(str(tmp_path / "local"), str(mounts))
-    import fleet_tui.scheduler.sqlite_base as ss
+    import fleet_tui.scheduler.store.sqlite_base as ss
 
     monkeypatch.setattr(ss, "is_nfs", lambda p: True)
     with pytest.raises(StoreError, match="network filesystem"):

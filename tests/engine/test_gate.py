@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from fleet_tui.scheduler.gate import (
+from fleet_tui.scheduler.model import Decision, RateLimit, Task, TaskSpec
+from fleet_tui.scheduler.policy.gate import (
     GATE_ORDER,
     REJECTED_HOLD_S,
     GateConfig,
@@ -20,8 +21,7 @@ from fleet_tui.scheduler.gate import (
     plan,
     resolve_coder,
 )
-from fleet_tui.scheduler.headroom import GIB, Headroom, MemoryModel
-from fleet_tui.scheduler.model import Decision, RateLimit, Task, TaskSpec
+from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
 from fleet_tui.scheduler.states import TaskStatus
 
 pytestmark = pytest.mark.timeout(30)

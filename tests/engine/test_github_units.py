@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from fakeapi.github import TOKEN, FakeGitHub
-from fleet_tui.scheduler import ghimport
-from fleet_tui.scheduler.github import GitHub, GitHubError, Issue, RateLimited, find_token
+from fleet_tui.scheduler.github import ghimport
+from fleet_tui.scheduler.github.api import GitHub, GitHubError, Issue, RateLimited, find_token
+from fleet_tui.scheduler.github.prwatch import tick
+from fleet_tui.scheduler.github.pullrequest import get_link, link_line, put_link, repo_slug
 from fleet_tui.scheduler.model import TaskSpec
-from fleet_tui.scheduler.prwatch import tick
-from fleet_tui.scheduler.pullrequest import get_link, link_line, put_link, repo_slug
-from fleet_tui.scheduler.sqlite_store import SqliteStore
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
 pytestmark = pytest.mark.timeout(30)
 REPO = "acme/widgets"
@@ -47,7 +47,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     import psycopg
     from psycopg import sql
 
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     schema = f"fleet_test_{uuid.uuid4().hex[:12]}"
     try:
@@ -173,8 +173,8 @@ def test_publish_on_a_parked_task_without_remote_does_not_raise(store: Any, tmp_
     import subprocess
     from types import SimpleNamespace
 
-    from fleet_tui.scheduler.pullrequest import publish
-    from fleet_tui.scheduler.worktree import WorktreeInfo
+    from fleet_tui.scheduler.git.worktree import WorktreeInfo
+    from fleet_tui.scheduler.github.pullrequest import publish
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -192,7 +192,7 @@ def test_publish_on_a_parked_task_without_remote_does_not_raise(store: Any, tmp_
 def test_push_refused_by_the_remote_names_why(tmp_path: Path) -> None:
     import subprocess
 
-    from fleet_tui.scheduler.pullrequest import push
+    from fleet_tui.scheduler.github.pullrequest import push
 
     bare = tmp_path / "acme" / "widgets.git"
     bare.mkdir(parents=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fleet_tui.scheduler.headroom import (
+from fleet_tui.scheduler.policy.headroom import (
     GIB,
     MIB,
     Headroom,

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from fleet_tui.coders.claude import ClaudeNormalizer
-from fleet_tui.scheduler import shim
 from fleet_tui.scheduler.model import Task, TaskSpec
-from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
+from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
+from fleet_tui.scheduler.procs import shim
 from fleet_tui.scheduler.states import TaskStatus
 
 EVENT_FIELD_CAP = 256 * 1024  # coders.base.EVENT_FIELD_CAP

@@ -25,9 +25,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from fleet_tui.scheduler import inbox, mcp_stdio
-from fleet_tui.scheduler.inbox import sanitize_for_display
-from fleet_tui.scheduler.mcp_ask_human import (
+from fleet_tui.scheduler.humans import inbox, mcp_stdio
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display
+from fleet_tui.scheduler.humans.mcp_ask_human import (
     CANCELLED_TEXT,
     AskEnv,
     Asker,
@@ -36,8 +36,8 @@ from fleet_tui.scheduler.mcp_ask_human import (
     server_launch,
 )
 from fleet_tui.scheduler.model import Question, TaskSpec
-from fleet_tui.scheduler.sqlite_store import SqliteStore
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from helpers import quiet_home, wait_for
 
 pytestmark = pytest.mark.timeout(90)
@@ -531,7 +531,7 @@ def test_lean_handshake_is_the_sdk_servers_own() -> None:
     from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
     assert mcp_stdio.HANDSHAKE_VERSIONS == HANDSHAKE_PROTOCOL_VERSIONS
-    sdk = [sys.executable, "-m", "fleet_tui.scheduler.mcp_ask_human"]
+    sdk = [sys.executable, "-m", "fleet_tui.scheduler.humans.mcp_ask_human"]
     for version in ("2025-06-18", "1999-01-01"):  # a known revision, and one the SDK counters
         assert handshake(list(mcp_stdio.command()), version) == handshake(sdk, version)
 
@@ -578,7 +578,7 @@ def test_ask_human_with_a_password_in_the_postgres_url(tmp_path: Path) -> None:
         psycopg.connect(base, connect_timeout=3).close()
     except psycopg.Error as e:
         pytest.skip(f"no PostgreSQL at 127.0.0.1:5432: {e}")
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     schema = f"askpw_{os.getpid()}_{int(time.time())}"
     store = PostgresStore(base + f"?schema={schema}")
@@ -759,7 +759,7 @@ def test_lean_entry_point_ends_when_the_sdk_server_does() -> None:
     waiting for a tool call nobody will answer."""
     src = str(Path(mcp_stdio.__file__).parents[2])
     relay = (
-        f"import sys; sys.path.insert(0, {src!r}); from fleet_tui.scheduler.mcp_stdio import Relay;"
+        f"import sys; sys.path.insert(0, {src!r}); from fleet_tui.scheduler.humans.mcp_stdio import Relay;"
         "dies = [sys.executable, '-c', 'raise SystemExit(3)'];"
         "sys.exit(Relay(sys.stdin.buffer, sys.stdout.buffer, dies).run())"
     )

@@ -30,9 +30,9 @@ import pytest
 from fleet_tui.coders.base import get_coder
 from fleet_tui.config import Config, load_config
 from fleet_tui.scheduler.engine import Engine
-from fleet_tui.scheduler.headroom import GIB, Headroom
 from fleet_tui.scheduler.model import Attempt, Event, Outcome, Task, TaskSpec, VerifySpec
-from fleet_tui.scheduler.outcome import (
+from fleet_tui.scheduler.policy.headroom import GIB, Headroom
+from fleet_tui.scheduler.policy.outcome import (
     RATE_LIMIT_BACKOFF_S,
     RATE_LIMIT_GRACE_S,
     Policy,
@@ -40,12 +40,12 @@ from fleet_tui.scheduler.outcome import (
     backoff,
     decide,
 )
-from fleet_tui.scheduler.review import ReviewerError, make_reviewer
-from fleet_tui.scheduler.review import _run as review_run
-from fleet_tui.scheduler.runner import AttemptResult, AttemptRunner, RunLimits
-from fleet_tui.scheduler.sqlite_store import SqliteStore
+from fleet_tui.scheduler.policy.review import ReviewerError, make_reviewer
+from fleet_tui.scheduler.policy.review import _run as review_run
+from fleet_tui.scheduler.policy.verify import run_verifiers
+from fleet_tui.scheduler.procs.runner import AttemptResult, AttemptRunner, RunLimits
 from fleet_tui.scheduler.states import TaskStatus
-from fleet_tui.scheduler.verify import run_verifiers
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -973,7 +973,7 @@ async def test_memory_gate_driven_by_an_injected_reading(make_fleet: Callable[..
 
 
 async def test_memory_gate_driven_by_the_real_reading(make_fleet: Callable[..., Fleet]) -> None:
-    from fleet_tui.scheduler.headroom import read_headroom
+    from fleet_tui.scheduler.policy.headroom import read_headroom
 
     f = make_fleet(mem_floor_gib=1_000_000.0)
     real = read_headroom(f.home)

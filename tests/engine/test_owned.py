@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_tui.scheduler.owned import OwnedResult, reap_stale, run_owned
+from fleet_tui.scheduler.procs.owned import OwnedResult, reap_stale, run_owned
 from helpers import pid_alive, wait_for
 
 pytestmark = pytest.mark.timeout(60)

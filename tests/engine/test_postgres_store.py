@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from test_store_contract import NOW, PG_URL, drop_schema, need_pg, spec
 
-from fleet_tui.scheduler.store import StoreError, open_store
+from fleet_tui.scheduler.store.protocol import StoreError, open_store
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.postgres]
 
@@ -50,7 +50,7 @@ def test_pg_open_store_with_schema_in_url(pg_schema: str, tmp_path: Any) -> None
 
 
 def test_pg_schema_via_libpq_options(pg_schema: str) -> None:
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     s = PostgresStore(_with_query(PG_URL, f"options=-csearch_path%3D{pg_schema}"))
     try:
@@ -65,8 +65,8 @@ def test_pg_schema_via_libpq_options(pg_schema: str) -> None:
 
 def test_pg_url_hides_password_and_errors_name_the_fix() -> None:
     need_pg()
-    from fleet_tui.scheduler.postgres_schema import parse_url
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_schema import parse_url
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     t = parse_url("postgresql://fleet:s3cret@db.example:6543/q?sslmode=require&schema=f1")
     assert t.url == "postgresql://fleet@db.example:6543/q?sslmode=require&schema=f1"
@@ -83,7 +83,7 @@ def test_pg_url_hides_password_and_errors_name_the_fix() -> None:
 
 
 def test_pg_concurrent_first_open_migrates_once(pg_schema: str) -> None:
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     opened: list[Any] = []
     errors: list[BaseException] = []
@@ -111,7 +111,7 @@ def test_pg_concurrent_first_open_migrates_once(pg_schema: str) -> None:
 
 
 def test_pg_notify_wakes_without_the_fallback(pg_schema: str) -> None:
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     watcher = PostgresStore(PG_URL, schema=pg_schema, fallback_s=None)
     writer = PostgresStore(PG_URL, schema=pg_schema)
@@ -138,7 +138,7 @@ def test_pg_survives_killed_connections(pg_schema: str) -> None:
     """A server restart or a dropped network kills idle connections: the next call reconnects."""
     import psycopg
 
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     s = PostgresStore(PG_URL, schema=pg_schema, fallback_s=None)
     try:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet_tui.scheduler import sandbox as sb
-from fleet_tui.scheduler import sandbox_policy as sbp
 from fleet_tui.scheduler.model import TaskSpec
-from fleet_tui.scheduler.store import spec_from_json, spec_to_json
+from fleet_tui.scheduler.sandbox import bwrap as sb
+from fleet_tui.scheduler.sandbox import policy as sbp
+from fleet_tui.scheduler.store.protocol import spec_from_json, spec_to_json
 from fleet_tui.taskfile import load_taskfile
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,7 +10,7 @@ from fleet_tui import gauges
 from fleet_tui.scheduler import series
 from fleet_tui.scheduler.model import Gauges, HostSeries, RateLimit, Snapshot
 from fleet_tui.scheduler.series import Counters, SeriesCollector
-from fleet_tui.scheduler.sqlite_store import SqliteStore
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from helpers import fleet
 
 T0 = 1_764_000_000.0  # a multiple of 30

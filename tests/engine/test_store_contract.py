@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from fleet_tui.scheduler.model import Attempt, Event, Host, RateLimit, TaskSpec, Usage
-from fleet_tui.scheduler.sqlite_store import SqliteStore
 from fleet_tui.scheduler.states import IllegalTransition, TaskStatus
-from fleet_tui.scheduler.store import DuplicateName, Store, StoreError
+from fleet_tui.scheduler.store.protocol import DuplicateName, Store, StoreError
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -97,7 +97,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[MakeSt
             s.close()
         return
     need_pg()
-    from fleet_tui.scheduler.postgres_store import PostgresStore
+    from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
     schema = f"fleet_test_{uuid.uuid4().hex[:12]}"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet_tui.scheduler import worktree as wt
-from fleet_tui.scheduler.worktree import WorktreeInfo
+from fleet_tui.scheduler.git import worktree as wt
+from fleet_tui.scheduler.git.worktree import WorktreeInfo
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -200,7 +200,7 @@ def test_concurrent_create_from_threads(repo: Path, root: Path) -> None:
 
 def test_concurrent_create_from_processes(repo: Path, root: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from fleet_tui.scheduler.worktree import create_worktree;"
+        "import sys; from pathlib import Path; from fleet_tui.scheduler.git.worktree import create_worktree;"
         "create_worktree(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], 'main')"
     )
     procs = [

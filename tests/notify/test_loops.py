@@ -11,8 +11,8 @@ import pytest
 from tests.notify.receiver import Receiver
 
 from fleet_tui.coders.claude import ClaudeCoder
-from fleet_tui.scheduler.loops import LoopDetector, LoopLimits
 from fleet_tui.scheduler.model import Event, Usage
+from fleet_tui.scheduler.policy.loops import LoopDetector, LoopLimits
 from helpers import by_name, fleet, fleet_bg, quiet_home, wait_for
 
 STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "streams"

@@ -18,8 +18,8 @@ from fleet_tui.notify.send import Worker, split_entry, terminal_sequence
 from fleet_tui.notify.watcher import Watcher
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.model import EngineEvent, Gauges, RateLimit, Snapshot, Task, TaskSpec
-from fleet_tui.scheduler.sqlite_store import SqliteStore
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
 
 class Recorder:

@@ -23,7 +23,7 @@ from fleet_tui.app.format import (
     state_text,
 )
 from fleet_tui.app.order import GroupInfo
-from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import Task
 
 

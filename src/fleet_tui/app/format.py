@@ -18,7 +18,7 @@ from rich.style import Style
 from rich.text import Text
 
 from fleet_tui import gauges
-from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import Event, Question, RateLimit, Snapshot, Task
 from fleet_tui.scheduler.states import TaskStatus
 

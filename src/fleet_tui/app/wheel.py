@@ -1,7 +1,7 @@
 """The cockpit's take-the-wheel keys: ``F`` follow-up, ``A`` approve, ``T`` take over.
 
 Why a mixin of its own: these keys are the person stepping into a task, and they share the
-engine-side functions of ``fleet-tui send``, ``approve`` and ``takeover`` (scheduler/followup.py,
+engine-side functions of ``fleet-tui send``, ``approve`` and ``takeover`` (scheduler/humans/followup.py,
 settle.py, takeover.py); keeping them here leaves app.py the cockpit's layout and plumbing.
 FleetApp mixes this in; it relies on the app's ``engine``, ``send``, ``apply``,
 ``_need_selected``, ``_confirm_then`` and ``spawn_shell``.
@@ -24,7 +24,7 @@ class WheelKeys:
 
     def action_follow_up(self: Any) -> None:
         """``F``: a message continues the selected task's conversation (``fleet-tui send``)."""
-        from fleet_tui.scheduler.followup import send
+        from fleet_tui.scheduler.humans.followup import send
         from fleet_tui.screens.followup import FollowUpScreen
 
         if (task := self._need_selected()) is None:
@@ -38,8 +38,8 @@ class WheelKeys:
 
     def action_approve(self: Any) -> None:
         """``A``: a parked task becomes done, approved by the person (``fleet-tui approve``)."""
-        from fleet_tui.scheduler.followup import user_name
-        from fleet_tui.scheduler.settle import approve
+        from fleet_tui.scheduler.humans.followup import user_name
+        from fleet_tui.scheduler.humans.settle import approve
 
         if (task := self._need_selected()) is not None:
             self._confirm_then(
@@ -68,8 +68,8 @@ class WheelKeys:
     async def _takeover(self: Any, task: Task) -> None:
         import anyio
 
-        from fleet_tui.scheduler import takeover
-        from fleet_tui.scheduler.followup import user_name
+        from fleet_tui.scheduler.humans import takeover
+        from fleet_tui.scheduler.humans.followup import user_name
         from fleet_tui.screens.takeover import TakeoverDoneScreen
 
         by = user_name()
@@ -103,7 +103,7 @@ class WheelKeys:
                 return
 
         def verify(t: Task) -> takeover.VerifyVerdict:
-            from fleet_tui.scheduler.verify import run_verifiers
+            from fleet_tui.scheduler.policy.verify import run_verifiers
 
             reviewer = engine.reviewer(t) if hasattr(engine, "reviewer") else None
             vr = run_verifiers(t.spec.verify, Path(t.workdir or t.worktree or t.spec.cwd), reviewer=reviewer)

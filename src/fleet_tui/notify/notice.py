@@ -13,7 +13,7 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from fleet_tui.scheduler.inbox import sanitize_for_display
+from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import Question, RateLimit, Task
 from fleet_tui.scheduler.states import TaskStatus
 

@@ -30,8 +30,8 @@ from fleet_tui.notify.send import (
     wants,
 )
 from fleet_tui.notify.telegram import Telegram
-from fleet_tui.scheduler.loops import LoopDetector, LoopLimits
 from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, Question, Task
+from fleet_tui.scheduler.policy.loops import LoopDetector, LoopLimits
 from fleet_tui.scheduler.states import TaskStatus
 
 if TYPE_CHECKING:

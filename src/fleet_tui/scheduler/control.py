@@ -21,12 +21,12 @@ from typing import Any
 
 import anyio
 
-from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.model import Attempt, Event, Task, TaskSpec, Transition
+from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.states import ACTIVE, PARKED, IllegalTransition, TaskStatus
-from fleet_tui.scheduler.store import Store, StoreError
-from fleet_tui.scheduler.storeclock import StoreClock
+from fleet_tui.scheduler.store.protocol import Store, StoreError
+from fleet_tui.scheduler.store.storeclock import StoreClock
 
 RUNNING_LIKE = frozenset({TaskStatus.RUNNING, TaskStatus.VERIFYING})
 
@@ -263,7 +263,7 @@ class Controller:
         if q is None:
             return CommandResult(False, f"no question {question_id!r} (`fleet-tui questions` lists them)")
         if q.status == "pending":
-            from fleet_tui.scheduler.inbox import check_answer
+            from fleet_tui.scheduler.humans.inbox import check_answer
 
             checked, why = check_answer(q, text)
             if checked is None:
@@ -301,7 +301,7 @@ class Controller:
 
     async def pull_request(self, ref: str) -> str | None:
         """The task's pull request in one line (``PR #12 open, checks passing · URL``), or None."""
-        from fleet_tui.scheduler.pullrequest import summary
+        from fleet_tui.scheduler.github.pullrequest import summary
 
         task = await anyio.to_thread.run_sync(self.find, ref)
         return None if task is None else await anyio.to_thread.run_sync(summary, self.store, task)
@@ -351,7 +351,7 @@ def no_task_message(ref: str, names: Iterable[str]) -> str:
 
 
 def _read_shim(d: Path) -> dict[str, object] | None:
-    from fleet_tui.scheduler.runner import read_json
+    from fleet_tui.scheduler.procs.runner import read_json
 
     return read_json(d / "shim.json")
 

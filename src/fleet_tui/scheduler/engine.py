@@ -26,14 +26,11 @@ from anyio.abc import TaskGroup
 from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
-from fleet_tui.scheduler import prwatch
-from fleet_tui.scheduler import shim as shimmod
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
 from fleet_tui.scheduler.finish import cascade, finish_attempt, local_command
-from fleet_tui.scheduler.gate import GateConfig, GateInputs, plan
-from fleet_tui.scheduler.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
+from fleet_tui.scheduler.github import prwatch
 from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
 from fleet_tui.scheduler.model import (
     EngineEvent,
@@ -43,15 +40,18 @@ from fleet_tui.scheduler.model import (
     Task,
     TaskSpec,
 )
-from fleet_tui.scheduler.outage import Resilient, store_error_of
-from fleet_tui.scheduler.outcome import Policy
-from fleet_tui.scheduler.owned import reap_stale
-from fleet_tui.scheduler.runner import AttemptRunner, RunLimits, ShimPool, write_lease
+from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, plan
+from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
+from fleet_tui.scheduler.policy.outcome import Policy
+from fleet_tui.scheduler.policy.verify import AgentReviewer
+from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs.owned import reap_stale
+from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool, write_lease
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.states import TaskStatus
-from fleet_tui.scheduler.store import Store
-from fleet_tui.scheduler.storeclock import StoreClock
-from fleet_tui.scheduler.verify import AgentReviewer
+from fleet_tui.scheduler.store.outage import Resilient, store_error_of
+from fleet_tui.scheduler.store.protocol import Store
+from fleet_tui.scheduler.store.storeclock import StoreClock
 from fleet_tui.scheduler.view import build_snapshot, carry_over, midnight
 
 log = logging.getLogger("fleet_tui.engine")
@@ -605,7 +605,7 @@ class Engine(Controller):
         """How ``agent`` verifiers of this task ask a read-only reviewer (see review.py)."""
         if not any(v.kind == "agent" for v in task.spec.verify):
             return None
-        from fleet_tui.scheduler.review import make_reviewer
+        from fleet_tui.scheduler.policy.review import make_reviewer
 
         return make_reviewer(self.home, task, self.cfg)
 
@@ -656,7 +656,7 @@ class Engine(Controller):
             )
             self._hb_ok_at = started
         except Exception as e:
-            from fleet_tui.scheduler.outage import is_transient
+            from fleet_tui.scheduler.store.outage import is_transient
 
             if not is_transient(e):
                 raise
@@ -836,8 +836,8 @@ class Engine(Controller):
 
     async def _sweep_worktrees(self) -> None:
         """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""
-        from fleet_tui.scheduler import worktree as wt
-        from fleet_tui.scheduler import wtmark
+        from fleet_tui.scheduler.git import worktree as wt
+        from fleet_tui.scheduler.git import wtmark
 
         def keep(name: str) -> bool:
             # read at decision time: another engine may have added and started it meanwhile

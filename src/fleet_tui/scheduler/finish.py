@@ -17,13 +17,13 @@ import anyio
 
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.control import cascade_failure
-from fleet_tui.scheduler.evidence import nothing_done
 from fleet_tui.scheduler.model import EngineEvent, Event, Task
-from fleet_tui.scheduler.outcome import Verdict, after_verify, decide
-from fleet_tui.scheduler.runner import AttemptResult
-from fleet_tui.scheduler.sandbox_policy import verifier_wrap
+from fleet_tui.scheduler.policy.evidence import nothing_done
+from fleet_tui.scheduler.policy.outcome import Verdict, after_verify, decide
+from fleet_tui.scheduler.policy.verify import run_verifiers
+from fleet_tui.scheduler.procs.runner import AttemptResult
+from fleet_tui.scheduler.sandbox.policy import verifier_wrap
 from fleet_tui.scheduler.states import PARKED, TaskStatus
-from fleet_tui.scheduler.verify import run_verifiers
 
 #: consecutive crashed attempts before a task is parked for a person
 CRASH_LIMIT = 3
@@ -66,7 +66,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         except Exception as e:
             engine.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
     if res.exit_reason == "crashed":  # the shim died: what it hosted must die before a retry
-        from fleet_tui.scheduler.owned import reap_attempt
+        from fleet_tui.scheduler.procs.owned import reap_attempt
 
         await anyio.to_thread.run_sync(reap_attempt, r.dir)
     v = decide(task, res, engine.policy(), now, engine._rl_strikes.get(r.account, 0), r.base_cost)

@@ -20,15 +20,16 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
-from fleet_tui.scheduler import followup, sandbox
-from fleet_tui.scheduler import sandbox_policy as sbp
-from fleet_tui.scheduler import shim as shimmod
-from fleet_tui.scheduler import worktree as wt
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.mcp_ask_human import server_launch
+from fleet_tui.scheduler.git import worktree as wt
+from fleet_tui.scheduler.humans import followup
+from fleet_tui.scheduler.humans.mcp_ask_human import server_launch
 from fleet_tui.scheduler.model import Attempt, Event, Task
-from fleet_tui.scheduler.prompt import DependencyResult, PromptContext, build_prompt
-from fleet_tui.scheduler.runner import read_json, spawn_shim
+from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
+from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs.runner import read_json, spawn_shim
+from fleet_tui.scheduler.sandbox import bwrap as sandbox
+from fleet_tui.scheduler.sandbox import policy as sbp
 from fleet_tui.scheduler.states import TaskStatus
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     adir = attempt_dir(engine.home, task.id, task.attempt)
     adir.mkdir(parents=True, exist_ok=True)
     if branch is not None:  # other engines on this home (other stores) must leave it alone
-        from fleet_tui.scheduler import wtmark
+        from fleet_tui.scheduler.git import wtmark
 
         wtmark.mark(engine.home, workdir.name, getattr(store, "url", ""), task.id, adir)
     mcp_command, mcp_env = server_launch(
@@ -364,7 +365,7 @@ async def adopt(engine: Engine, t: Task) -> None:
         adir = Path(att.dir)
         shim_alive = shimmod.alive(pid, ticks)
         if shim_alive or (adir / "exit.json").exists():
-            from fleet_tui.scheduler.runner import write_lease
+            from fleet_tui.scheduler.procs.runner import write_lease
 
             if shim_alive:
                 write_lease(adir, time.time() + engine.cfg.lease_s / 2)
@@ -387,7 +388,7 @@ async def adopt(engine: Engine, t: Task) -> None:
             engine._launch_runner(new, launch, adopted=True)
             return
         # a dead shim without an exit record: its agent may still run (ppid 1); it dies first
-        from fleet_tui.scheduler.owned import reap_attempt
+        from fleet_tui.scheduler.procs.owned import reap_attempt
 
         await anyio.to_thread.run_sync(reap_attempt, adir)
         t = new
@@ -464,7 +465,7 @@ def after_done(engine: Engine, task: Task) -> None:
         if info.path.exists():
             wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
         if task.spec.merge == "pr":  # push + pull request (pullrequest.py); failures park the task
-            from fleet_tui.scheduler.pullrequest import publish
+            from fleet_tui.scheduler.github.pullrequest import publish
 
             _publish(engine, publish(engine, task, info).task)
             return
@@ -562,7 +563,7 @@ async def merge_task(engine: Any, ref: str) -> CommandResult:
             False, f"{task.name} ran without git_ref (in place): there is no branch to merge"
         )
     if task.spec.merge == "pr":  # merge = "pr": (re)push and open/update the pull request
-        from fleet_tui.scheduler.pullrequest import publish
+        from fleet_tui.scheduler.github.pullrequest import publish
 
         return await anyio.to_thread.run_sync(lambda: publish(engine, task, info))
     return await anyio.to_thread.run_sync(lambda: _merge_sync(engine, task, info))

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fleet_tui.scheduler.model import HostSeries
-from fleet_tui.scheduler.store import Store
+from fleet_tui.scheduler.store.protocol import Store
 
 BUCKET_S = 30.0
 KEEP = 120  # one hour of 30 s buckets

@@ -21,11 +21,11 @@ from fleet_tui.scheduler import series
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import Controller, hostname
-from fleet_tui.scheduler.gate import REJECTED_HOLD_S
-from fleet_tui.scheduler.headroom import GIB, MemoryModel
 from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, HostSeries, RateLimit, Snapshot, Task
+from fleet_tui.scheduler.policy.gate import REJECTED_HOLD_S
+from fleet_tui.scheduler.policy.headroom import GIB, MemoryModel
 from fleet_tui.scheduler.states import ACTIVE
-from fleet_tui.scheduler.store import Store
+from fleet_tui.scheduler.store.protocol import Store
 
 
 def midnight(now: float) -> float:

@@ -74,7 +74,7 @@ def overview(task: Task, transitions: list[Transition], now: float, pull_request
         ("after", ", ".join(spec.depends_on) or "-"),
         ("verify", "; ".join(v.label for v in spec.verify) or "-"),
     ]
-    if pull_request:  # merge = "pr" (scheduler/pullrequest.py)
+    if pull_request:  # merge = "pr" (scheduler/github/pullrequest.py)
         rows.append(("pull req", pull_request))
     if task.merged_commit:
         rows.append(("merged", task.merged_commit))
@@ -311,7 +311,7 @@ class DetailScreen(Screen[None]):
         self.run_worker(self._review(), group="detail-review", exclusive=True)
 
     async def _review(self) -> None:
-        from fleet_tui.scheduler.followup import send
+        from fleet_tui.scheduler.humans.followup import send
         from fleet_tui.screens.review import ReviewScreen
 
         task = self.fleet_task

@@ -1,0 +1,1 @@
+"""Git: per-task worktrees, their owner markers, and merging a branch without touching a checkout."""

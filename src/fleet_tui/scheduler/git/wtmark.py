@@ -1,0 +1,51 @@
+"""Who works in a worktree: an on-disk marker every engine honours, whatever store it uses.
+
+Several engines may share one fleet home while each uses its own store (the default SQLite file
+and a PostgreSQL URL, say). A worktree's task is then known to only one of them, and another
+engine's start-up sweep would take the worktree for an orphan and remove it under a live agent.
+So each attempt that runs in a worktree records, in ``<home>/worktree-owners/<name>.json``, its
+store, task and attempt folder; the attempt's lease file (renewed by its engine while the agent
+lives, see runner.write_lease) says whether it is still live. A sweep keeps every worktree with
+a live attempt, whichever store knows it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from fleet_tui.scheduler.procs.runner import read_json
+
+
+def _path(home: Path, name: str) -> Path:
+    return Path(home) / "worktree-owners" / f"{name}.json"
+
+
+def mark(home: Path, name: str, store_url: str, task_id: str, attempt_dir: Path) -> None:
+    """Record the attempt about to run in worktree ``name`` (atomically replaced)."""
+    p = _path(home, name)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    data = {"store": store_url, "task_id": task_id, "attempt_dir": str(attempt_dir), "at": time.time()}
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, p)
+
+
+def live_attempt(home: Path, name: str, now: float | None = None) -> str | None:
+    """The store of a live attempt in worktree ``name`` (its lease not yet expired), else None."""
+    data = read_json(_path(home, name))
+    if not data or not data.get("attempt_dir"):
+        return None
+    try:
+        deadline = float((Path(data["attempt_dir"]) / "lease").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if deadline <= (time.time() if now is None else now):
+        return None
+    return str(data.get("store") or "?")
+
+
+def forget(home: Path, name: str) -> None:
+    _path(home, name).unlink(missing_ok=True)

@@ -1,0 +1,251 @@
+"""Continuing an agent's own conversation: retries, follow-ups and crash-resumes as a new turn.
+
+Why: a fresh session with a summary loses what the agent read, tried and decided. When the
+previous attempt recorded a session id and its coder can resume (``BaseCoder.can_resume``), the
+next attempt continues that session with only the new turn: the verifier's failure, the crash
+notice, or a person's follow-up message (``fleet-tui send``). A context handoff still starts
+fresh (the old context is the problem). ``continue = "fresh"`` (task) or ``continue_session``
+(config) turns this off. Whatever is decided is written to the attempt's ``continue.json`` and
+as the first (lifecycle) event of its log, including why a wanted continuation fell back.
+
+Pending follow-ups live in the store's settings (``followup:<task id>``), so a message sent from
+any machine reaches the engine that claims the task next.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fleet_tui.coders.base import AttemptContext, CannotResume, Coder
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.model import Attempt, Task
+from fleet_tui.scheduler.policy.prompt import trim
+from fleet_tui.scheduler.states import ACTIVE, TaskStatus
+from fleet_tui.scheduler.store.protocol import Store
+
+CONTINUE_FILE = "continue.json"
+#: outcomes whose failure text becomes the next turn of the same session
+RETRY_OUTCOMES = frozenset({"failure", "verify_failed", "stalled", "timeout", "over_budget"})
+
+
+def user_name() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "user"
+
+
+# -- pending follow-ups ---------------------------------------------------------------------------
+
+
+def _key(task_id: str) -> str:
+    return f"followup:{task_id}"
+
+
+def pending(store: Store, task_id: str) -> list[dict[str, Any]]:
+    """The follow-up messages waiting for the task's next attempt, oldest first."""
+    raw = store.get_setting(_key(task_id))
+    try:
+        data = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return [m for m in data if isinstance(m, dict) and isinstance(m.get("text"), str)]
+
+
+def add_pending(store: Store, task_id: str, text: str, by: str, now: float) -> None:
+    msgs = [*pending(store, task_id), {"text": text, "by": by, "at": now}]
+    store.set_setting(_key(task_id), json.dumps(msgs))
+
+
+def clear_pending(store: Store, task_id: str) -> None:
+    store.set_setting(_key(task_id), None)
+
+
+def message_text(msgs: list[dict[str, Any]]) -> str | None:
+    """The follow-ups as one text (each person's words kept whole)."""
+    if not msgs:
+        return None
+    return "\n\n".join(str(m["text"]).strip() for m in msgs)
+
+
+# -- the decision ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the next attempt starts: the new turn (None: nothing to continue with) and the session
+    it would continue (None: fresh, with ``note`` saying why)."""
+
+    mode: str  # the wanted mode: "auto" | "fresh"
+    turn: str | None = None  # the new turn's text when the session is continued
+    turn_kind: str | None = None  # retry | crash | followup
+    session_id: str | None = None
+    note: str = ""
+
+
+def session_of(store: Store, task_id: str, n: int) -> str | None:
+    """The last session id attempt ``n`` reported (its session_started or result events)."""
+    sid = None
+    for e in store.events(task_id, n):
+        if e.session_id:
+            sid = e.session_id
+    return sid
+
+
+def turn_text(
+    kind: str, retry_reason: str | None, retry_output: str | None, message: str | None, crashed: bool
+) -> str:
+    """The new turn sent into the continued session."""
+    if kind == "followup":
+        body = "A person sent a follow-up on this task:\n\n" + (message or "").strip()
+        if crashed:
+            body += "\n\n(Your previous run stopped unexpectedly: check the working directory first.)"
+        return body + "\n\nDo it in the same working directory, under the same rules as before.\n"
+    if kind == "crash":
+        return (
+            "Your previous run stopped unexpectedly. Assess the current state of the working "
+            "directory first (git status, git log, the files you would have changed), then continue "
+            "the task from there instead of starting over.\n"
+        )
+    body = f"Your previous attempt did not pass: {retry_reason}."
+    if retry_output:
+        body += "\n\nOutput:\n```\n" + trim(retry_output) + "\n```"
+    return body + "\n\nFix this in the same working directory, then finish the task.\n"
+
+
+def plan(
+    store: Store,
+    task: Task,
+    prev: Attempt | None,
+    default_mode: str,
+    coder: Coder,
+    *,
+    retry_reason: str | None,
+    retry_output: str | None,
+    crashed: bool,
+    handoff: bool,
+    message: str | None,
+) -> Plan:
+    mode = task.spec.continue_mode or default_mode
+    if prev is None or handoff:
+        return Plan(mode)  # a first attempt, or a context handoff: fresh with a summary
+    if message is not None:
+        kind = "followup"
+    elif retry_reason:
+        kind = "retry"
+    elif crashed:
+        kind = "crash"
+    else:
+        return Plan(mode)
+    turn = turn_text(kind, retry_reason, retry_output, message, crashed)
+    if mode == "fresh":
+        return Plan(mode, turn, kind, note="fresh session (continue = fresh)")
+    if not getattr(coder, "can_resume", False):
+        return Plan(mode, turn, kind, note=f"fresh session: the {coder.name} coder cannot continue a session")
+    sid = session_of(store, task.id, prev.n)
+    if sid is None:
+        return Plan(mode, turn, kind, note=f"fresh session: attempt {prev.n} recorded no session id")
+    return Plan(mode, turn, kind, sid)
+
+
+@dataclass(frozen=True)
+class Command:
+    ctx: AttemptContext  # with the prompt actually sent
+    argv: list[str]
+    continued: bool
+    note: str
+
+
+def command(coder: Coder, ctx: AttemptContext, p: Plan, previous: Path | None) -> Command:
+    """Prepare the coder and build the command line: the continued session when planned and
+    possible, else the fresh one (the full prompt in ``ctx``), saying why."""
+    if p.session_id and p.turn is not None and previous is not None:
+        resume = getattr(coder, "resume_argv", None)
+        if resume is None or not getattr(coder, "can_resume", False):
+            note = f"fresh session: the {coder.name} coder cannot continue a session"
+        else:
+            turn_ctx = replace(ctx, prompt=p.turn)
+            try:
+                coder.prepare(turn_ctx)
+                argv = list(resume(turn_ctx, p.session_id, previous))
+            except CannotResume as e:
+                note = f"fresh session: {e}"
+            else:
+                what = {"retry": "the failure", "crash": "a crash notice", "followup": "a follow-up"}
+                why = what.get(p.turn_kind or "", "a new turn")
+                return Command(turn_ctx, argv, True, f"continuing session {p.session_id} with {why}")
+        coder.prepare(ctx)
+        return Command(ctx, coder.argv(ctx), False, note)
+    coder.prepare(ctx)
+    return Command(ctx, coder.argv(ctx), False, p.note)
+
+
+def record(adir: Path, p: Plan, cmd: Command) -> None:
+    data = {
+        "continue": p.mode,
+        "turn": p.turn_kind,
+        "continued": cmd.continued,
+        "session_id": p.session_id if cmd.continued else None,
+        "note": cmd.note,
+    }
+    (adir / CONTINUE_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def read_record(adir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((adir / CONTINUE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# -- fleet-tui send -------------------------------------------------------------------------------
+
+
+async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandResult:
+    """Queue ``text`` as the next turn of the task's conversation and open that attempt: a done,
+    parked or paused task goes back to the queue; a running one is stopped first (its engine
+    does it, WIP kept) and requeued; a queued one takes the message at its next start."""
+    import anyio
+
+    if not text.strip():
+        return CommandResult(False, "send: the message is empty; say what the agent should do")
+    task = await ctl._get(ref)
+    if isinstance(task, CommandResult):
+        return task
+    who = by or user_name()
+    now = ctl.clock()
+    store: Store = ctl.store
+    if task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("taken over by "):
+        return CommandResult(False, f"{task.name} is {task.reason}; finish the takeover first")
+    await anyio.to_thread.run_sync(add_pending, store, task.id, text, who, now)
+    if task.status == TaskStatus.QUEUED:
+        return CommandResult(True, f"{task.name}: follow-up queued for its next attempt", task)
+    if task.status in ACTIVE or (task.status == TaskStatus.PAUSED and task.paused_running):
+        res: CommandResult = await ctl.retry(ref)  # stops the agent cleanly and requeues
+        if not res.ok:
+            await anyio.to_thread.run_sync(clear_pending, store, task.id)
+            return res
+        return CommandResult(True, f"{task.name}: agent stopped; follow-up queued", res.task)
+    res = await ctl._direct(
+        task,
+        TaskStatus.QUEUED,
+        f"follow-up by {who}",
+        retries_used=0,
+        false_completions=0,
+        handoffs=0,
+        not_before=None,
+        paused_running=0,
+    )
+    if not res.ok:
+        await anyio.to_thread.run_sync(clear_pending, store, task.id)
+        return res
+    wake = getattr(ctl, "wake", None)
+    if wake is not None:
+        wake()
+        ctl.publish_task(res.task)
+    return CommandResult(True, f"{task.name}: follow-up queued (attempt {task.attempt + 1})", res.task)

@@ -1,0 +1,1 @@
+"""Decisions as values: admission gates, headroom, outcomes, verification, prompts, loop checks."""

@@ -1,0 +1,204 @@
+"""Helper programs owned like agents: setup commands, verifiers, reviewers, merges.
+
+Every program fleet-tui starts besides an agent goes through ``run_owned``: it runs under the
+keeper (keeper.py), so its whole process tree dies when the engine dies (``kill -9`` included),
+when it times out, or when the task is killed, cancelled or the engine shuts down (``cancel``,
+a ``threading.Event`` the caller sets). Output goes through files, so a grandchild that keeps a
+pipe open cannot hang us. While it runs, a pid file under ``<home>/children`` names it;
+``reap_stale`` (called when an engine starts and when it adopts) kills the trees whose keeper
+is gone, which only a ``kill -9`` of the keeper itself can leave behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from fleet_tui.scheduler.private import user_umask
+from fleet_tui.scheduler.procs import shim as shimmod
+
+OUTPUT_CAP = 256 * 1024
+
+
+@dataclass(frozen=True)
+class OwnedResult:
+    exit_code: int | None  # None when it timed out or was cancelled
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    cancelled: bool = False
+    pid: int = 0  # the keeper's pid: the process group of the program and its children
+
+
+def children_dir(home: Path | None) -> Path | None:
+    return None if home is None else Path(home) / "children"
+
+
+def _tail(fh: IO[bytes], cap: int) -> bytes:
+    size = fh.seek(0, os.SEEK_END)
+    fh.seek(max(0, size - cap))
+    return fh.read()
+
+
+def run_owned(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    timeout_s: float | None = None,
+    cancel: threading.Event | None = None,
+    home: Path | None = None,
+    grace_s: float = 5.0,
+    merge_stderr: bool = False,
+    cap: int = OUTPUT_CAP,
+) -> OwnedResult:
+    """Run ``argv`` under a keeper and wait for it (blocking: call it from a worker thread, which
+    stays alive while the program runs — the kernel's parent-death signal watches that thread).
+
+    Raises OSError when the keeper cannot start (a missing ``cwd``)."""
+    pidfile = ""
+    cdir = children_dir(home)
+    if cdir is not None:
+        try:
+            cdir.mkdir(parents=True, exist_ok=True)
+            pidfile = str(cdir / f"{os.getpid()}-{secrets.token_hex(4)}.json")
+        except OSError:
+            pidfile = ""
+    keeper = [
+        sys.executable,
+        "-I",
+        "-m",
+        "fleet_tui.scheduler.procs.keeper",
+        str(os.getpid()),
+        str(grace_s),
+        pidfile,
+        oct(user_umask()),  # fleet-tui's own files are private; the command's are the user's
+        "--",
+        *argv,
+    ]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as inp:
+        if stdin is not None:
+            inp.write(stdin)
+            inp.seek(0)
+        p = subprocess.Popen(
+            keeper,
+            cwd=str(cwd),
+            env=env,
+            stdin=inp if stdin is not None else subprocess.DEVNULL,
+            stdout=out,
+            stderr=out if merge_stderr else err,
+            start_new_session=True,
+            close_fds=True,
+        )
+        timed_out = cancelled = False
+        try:
+            waited = 0.0
+            while True:
+                try:
+                    p.wait(timeout=0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    waited += 0.1
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                elif timeout_s is not None and waited >= timeout_s:
+                    timed_out = True
+                if cancelled or timed_out:
+                    p.send_signal(signal.SIGTERM)
+                    try:
+                        p.wait(timeout=grace_s + 5)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
+                    break
+        finally:
+            if p.poll() is None:  # an exception above: never leave it behind
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=grace_s + 5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        code = None if (timed_out or cancelled) else p.returncode
+        return OwnedResult(code, _tail(out, cap), _tail(err, cap), timed_out, cancelled, p.pid)
+
+
+def _kill_tree(pid: int, ticks: int | None) -> int:
+    """Kill the process group led by ``pid`` (members started after it) and its descendants."""
+    victims: list[tuple[int, int | None]] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2 :].split()
+        try:
+            pgrp, start = int(rest[2]), int(rest[19])
+        except (IndexError, ValueError):
+            continue
+        if pgrp == pid and (ticks is None or start >= ticks):
+            victims.append((int(name), start))
+    if shimmod.alive(pid, ticks):
+        victims += shimmod.descendants(pid)
+    killed = 0
+    for vpid, vticks in victims:
+        if shimmod.alive(vpid, vticks):
+            try:
+                os.kill(vpid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    # a SIGKILL is delivered asynchronously: return once they are really gone (or zombies)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(shimmod.alive(p, t) for p, t in victims):
+        time.sleep(0.01)
+    return killed
+
+
+def reap_stale(home: Path) -> int:
+    """Kill the helper trees whose keeper is gone (a ``kill -9`` of the keeper); returns how many
+    processes were killed. A live keeper means a live owner: its entry is left alone."""
+    cdir = children_dir(home)
+    if cdir is None or not cdir.is_dir():
+        return 0
+    killed = 0
+    for f in cdir.glob("*.json"):
+        try:
+            info = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if shimmod.alive(int(info.get("keeper_pid") or 0), info.get("keeper_ticks")):
+            continue
+        killed += _kill_tree(int(info.get("keeper_pid") or 0), info.get("keeper_ticks"))
+        f.unlink(missing_ok=True)
+    return killed
+
+
+def reap_attempt(attempt_dir: Path) -> int:
+    """Kill what a dead shim left of its agent (``shim.json``: pid + start time) before the attempt
+    is started again: the agent's process group and its descendants. Returns how many died."""
+    try:
+        info = json.loads((attempt_dir / "shim.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    shim_pid = int(info.get("pid") or 0)
+    if shim_pid and shimmod.alive(shim_pid, info.get("start_ticks")):
+        return 0  # the shim still owns it
+    agent = int(info.get("agent_pid") or 0)
+    if not agent:
+        return 0
+    return _kill_tree(agent, info.get("agent_start_ticks"))

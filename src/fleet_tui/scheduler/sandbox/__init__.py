@@ -1,0 +1,1 @@
+"""The bubblewrap sandbox: its policy, its command and its small runtime programs."""

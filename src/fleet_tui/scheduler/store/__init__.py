@@ -1,0 +1,1 @@
+"""The durable queue: the Store protocol and its SQLite and PostgreSQL backends."""

@@ -1,0 +1,439 @@
+"""The Store contract: the durable queue every engine, CLI command and cockpit shares.
+
+Two implementations keep the same behaviour (one behavioural test suite runs against both):
+``sqlite_store`` (embedded, the default) and ``postgres_store`` (several machines). All methods
+are synchronous; the engine calls them through ``anyio.to_thread`` so a write that waits on a lock
+never blocks the event loop.
+
+Fencing: every write made on behalf of a running attempt carries ``owner`` and ``attempt``; such a
+write that matches no row returns None / False, which means the claim was lost and the caller must
+stop its agent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, fields
+from typing import Any, Protocol
+
+from fleet_tui.scheduler.model import (
+    Attempt,
+    Command,
+    Event,
+    Host,
+    NotifyStats,
+    Question,
+    RateLimit,
+    Task,
+    TaskSpec,
+    Transition,
+    Usage,
+    VerifySpec,
+)
+from fleet_tui.scheduler.states import TaskStatus
+
+
+class StoreError(RuntimeError):
+    """A store problem a user can act on (the message names the problem and the fix)."""
+
+
+class DuplicateName(StoreError):
+    pass
+
+
+#: columns of the tasks table that map 1:1 to Task fields (besides id/spec/status)
+TASK_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in fields(Task) if f.name not in ("id", "spec", "status", "waiting", "asking")
+)
+
+#: columns of the attempts table (besides task_id, n)
+ATTEMPT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt) if f.name not in ("task_id", "n"))
+
+
+# Starts at a random value per process: two processes adding tasks in the same millisecond would
+# otherwise share the counter's value and rely on 16 random bits alone (a collision was seen).
+_counter = itertools.count(secrets.randbelow(0x100))
+
+
+#: a task in one of these states frees its name: a new task may take it (the old one keeps its id,
+#: its records and its place in the views; commands by name act on the newest)
+REUSABLE = ("done", "cancelled")
+
+
+def taken_message(name: str, status: str) -> str:
+    """Why a new task cannot take ``name``: an unfinished task has it."""
+    return (
+        f"a task named {name!r} is {status}: names are unique among unfinished tasks; choose another "
+        "name, or let that task finish (or cancel it) first"
+    )
+
+
+def new_id(prefix: str = "t") -> str:
+    """A short, roughly time-ordered, unique id: <prefix>-<8 hex of ms><2 hex counter><4 hex random>."""
+    n = next(_counter) & 0xFF
+    return f"{prefix}-{int(time.time() * 1000) & 0xFFFFFFFF:08x}{n:02x}{secrets.token_hex(2)}"
+
+
+def spec_to_json(spec: TaskSpec) -> str:
+    return json.dumps(asdict(spec), sort_keys=True)
+
+
+def spec_from_json(text: str) -> TaskSpec:
+    d = json.loads(text)
+    d["verify"] = tuple(
+        VerifySpec(**{**v, "contains": tuple(v.get("contains") or ())}) for v in d.get("verify") or ()
+    )
+    for k in ("depends_on", "requires", "sandbox_rw", "sandbox_ro"):
+        d[k] = tuple(d.get(k) or ())
+    if isinstance(d.get("network"), list):
+        d["network"] = tuple(d["network"])
+    d["env"] = tuple(tuple(p) for p in d.get("env") or ())
+    known = {f.name for f in fields(TaskSpec)}
+    return TaskSpec(**{k: v for k, v in d.items() if k in known})
+
+
+def event_payload(e: Event) -> str:
+    """The event's fields beyond (task_id, attempt, seq, ts, kind, text) as JSON."""
+    d: dict[str, Any] = {}
+    for f in fields(Event):
+        if f.name in ("task_id", "attempt", "seq", "ts", "kind", "text"):
+            continue
+        v = getattr(e, f.name)
+        if v is None or v is False:
+            continue
+        if isinstance(v, Usage | RateLimit):
+            v = asdict(v)
+        d[f.name] = v
+    return json.dumps(d, default=str)
+
+
+def event_from_row(
+    task_id: str, attempt: int, seq: int, ts: float, kind: str, text: str | None, payload: str | None
+) -> Event:
+    d = json.loads(payload) if payload else {}
+    if "usage" in d and isinstance(d["usage"], dict):
+        d["usage"] = Usage(**d["usage"])
+    if "rate_limit" in d and isinstance(d["rate_limit"], dict):
+        d["rate_limit"] = RateLimit(**d["rate_limit"])
+    known = {f.name for f in fields(Event)}
+    d = {k: v for k, v in d.items() if k in known}
+    return Event(task_id=task_id, attempt=attempt, seq=seq, ts=ts, kind=kind, text=text, **d)
+
+
+def is_nfs(path: str, mounts: str = "/proc/mounts") -> bool:
+    """True when ``path`` lives on an NFS (or other network) mount, where SQLite locking lies."""
+    try:
+        real = os.path.realpath(path)
+        best, fstype = "", ""
+        with open(mounts, encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                    best, fstype = mnt, parts[2]
+        return fstype.startswith(("nfs", "cifs", "smb", "9p", "fuse.sshfs"))
+    except OSError:
+        return False
+
+
+class Store(Protocol):
+    """What an engine, a CLI command or a cockpit may ask of the durable queue."""
+
+    url: str
+
+    # -- tasks -------------------------------------------------------------------------------
+    def add_tasks(self, specs: Sequence[TaskSpec], now: float) -> list[Task]:
+        """Queue all of them in one transaction, or none (DuplicateName / StoreError)."""
+        ...
+
+    def update_spec(self, task_id: str, spec: TaskSpec, now: float) -> Task | None:
+        """Replace a queued task's spec (``edit``); None (nothing written) when it is not queued."""
+        ...
+
+    def get_task(self, ref: str) -> Task | None:
+        """By id, or by unique name."""
+        ...
+
+    def list_tasks(self, status: TaskStatus | None = None) -> list[Task]:
+        """Every task in queue order, or only those in ``status``."""
+        ...
+
+    def task_names(self) -> set[str]: ...
+
+    def dependents(self, task_id: str) -> list[Task]:
+        """Tasks whose depends_on names this task (one level)."""
+        ...
+
+    def dependencies(self, task_id: str) -> list[Task]:
+        """The tasks this task depends on."""
+        ...
+
+    def set_waiting(self, reasons: dict[str, str | None]) -> None:
+        """Record why queued tasks wait (the gate's first failing reason), None to clear."""
+        ...
+
+    def claim(
+        self,
+        owner: str,
+        host: str,
+        tags: Iterable[str],
+        now: float,
+        lease_s: float,
+        default_coder: str,
+        default_model: str | None,
+        exclude_coders: Iterable[str] = (),
+        only_task: str | None = None,
+    ) -> Task | None:
+        """Claim the best ready task (queued, not_before passed, dependencies done, requires
+        within tags, coder not excluded), by priority then age, in one fenced conditional
+        UPDATE. Sets status running, attempt+1, owner, host, lease; freezes coder/model."""
+        ...
+
+    def transition(
+        self,
+        task_id: str,
+        dst: TaskStatus,
+        *,
+        reason: str | None,
+        now: float,
+        owner: str | None = None,
+        attempt: int | None = None,
+        expect: Iterable[TaskStatus] | None = None,
+        actor: str | None = None,
+        **fields: Any,
+    ) -> Task | None:
+        """Move a task to ``dst`` and write the transition row in the same transaction.
+
+        With ``owner``/``attempt`` the write is fenced; with ``expect`` only those source
+        states match. Returns the new Task, or None when no row matched (claim lost, or the
+        task moved meanwhile). Raises IllegalTransition for a move the table forbids."""
+        ...
+
+    def update_task(
+        self, task_id: str, *, owner: str | None = None, attempt: int | None = None, **fields: Any
+    ) -> Task | None:
+        """Update non-state fields (tokens, cost, context, workdir...), fenced when asked."""
+        ...
+
+    def transitions(self, task_id: str) -> list[Transition]: ...
+
+    # -- engines and leases ------------------------------------------------------------------
+    def register_engine(
+        self, owner: str, host: str, pid: int, pid_create_time: float, now: float
+    ) -> None: ...
+
+    def heartbeat(self, owner: str, now: float, lease_s: float) -> int:
+        """Refresh the engine's heartbeat and extend the lease of every task it owns.
+        Returns how many tasks it still owns."""
+        ...
+
+    def extend_lease(self, task_id: str, owner: str, until: float) -> bool:
+        """Extend one task's lease (the cockpit's "leave running"), fenced by owner."""
+        ...
+
+    def live_engines(self, now: float, stale_s: float) -> list[dict[str, Any]]: ...
+
+    def engine_info(self, owner: str) -> dict[str, Any] | None:
+        """{owner, host, pid, pid_create_time, heartbeat, stopped} or None."""
+        ...
+
+    def unregister_engine(self, owner: str, now: float) -> None: ...
+
+    def orphaned_tasks(self, now: float, stale_s: float) -> list[Task]:
+        """Running/verifying/paused-running tasks whose owner's heartbeat is older than
+        ``stale_s`` (or whose owner stopped) — candidates for adoption or reclaim."""
+        ...
+
+    def take_over(
+        self,
+        task_id: str,
+        old_owner: str | None,
+        attempt: int,
+        new_owner: str,
+        host: str,
+        now: float,
+        lease_s: float,
+        require_lease_expired: bool,
+    ) -> Task | None:
+        """Fenced change of owner (adoption of a live shim, or reclaim after expiry)."""
+        ...
+
+    # -- attempts ----------------------------------------------------------------------------
+    def put_attempt(self, a: Attempt) -> None: ...
+
+    def update_attempt(self, task_id: str, n: int, *, owner: str | None = None, **fields: Any) -> bool:
+        """Update an attempt; with ``owner`` only while that engine still holds the task's claim."""
+        ...
+
+    def get_attempt(self, task_id: str, n: int) -> Attempt | None: ...
+
+    def attempts(self, task_id: str) -> list[Attempt]: ...
+
+    # -- events ------------------------------------------------------------------------------
+    def append_events(
+        self, events: Sequence[Event], *, offset: tuple[str, int, int] | None = None, owner: str | None = None
+    ) -> bool:
+        """Insert events (idempotent on task_id/attempt/seq). With ``offset`` = (task_id, n,
+        stdout_offset) the attempt's read offset and next_seq move in the same transaction. With
+        ``owner`` nothing is written (False) unless that engine still holds attempt n's claim."""
+        ...
+
+    def append_events_batch(
+        self, batches: Sequence[tuple[Sequence[Event], tuple[str, int, int]]], owner: str | None = None
+    ) -> list[bool]:
+        """``append_events`` for several attempts in one transaction; one verdict per batch."""
+        ...
+
+    def events(
+        self,
+        task_id: str,
+        attempt: int | None = None,
+        after: tuple[int, int] | None = None,
+        limit: int = 10_000,
+    ) -> list[Event]:
+        """Events of a task in order; ``after`` = (attempt, seq) for tailing."""
+        ...
+
+    def last_events(self, task_id: str, limit: int) -> list[Event]:
+        """The newest ``limit`` events of a task, oldest first."""
+        ...
+
+    # -- questions ---------------------------------------------------------------------------
+    def questions(self, task_id: str) -> list[Question]: ...
+
+    def add_question(
+        self, task_id: str, attempt: int, text: str, options: Sequence[str], now: float
+    ) -> Question: ...
+
+    def get_question(self, qid: str) -> Question | None: ...
+
+    def answer_question(self, qid: str, answer: str, by: str, now: float) -> bool:
+        """First answer wins: True when this answer was recorded, False when it was not pending."""
+        ...
+
+    def close_questions(self, task_id: str, status: str, now: float) -> int:
+        """Cancel/expire every pending question of a task; returns how many."""
+        ...
+
+    def expire_question(self, qid: str, now: float) -> bool: ...
+
+    def pending_questions(self) -> list[Question]: ...
+
+    # -- hosts, settings, rate limits, commands ------------------------------------------------
+    def upsert_host(self, h: Host) -> None: ...
+
+    def hosts(self) -> list[Host]: ...
+
+    def get_setting(self, key: str) -> str | None: ...
+
+    def set_setting(self, key: str, value: str | None) -> None: ...
+
+    def put_rate_limit(self, rl: RateLimit, blocked_until: float | None) -> None: ...
+
+    def rate_limits(self) -> list[tuple[RateLimit, float | None]]: ...
+
+    def add_command(
+        self, task_id: str | None, verb: str, arg: str | None, target_owner: str | None, now: float
+    ) -> int: ...
+
+    def pending_commands(self, owner: str) -> list[Command]: ...
+
+    def finish_command(self, cid: int, status: str, result: str | None) -> None: ...
+
+    def get_command(self, cid: int) -> Command | None: ...
+
+    def spent_since(self, since: float) -> float:
+        """Sum of reported cost of attempts started since ``since`` (fleet budget)."""
+        ...
+
+    def maintenance(self) -> None:
+        """Periodic housekeeping (SQLite: WAL checkpoint)."""
+        ...
+
+    # notifications (notify_store.py): claimed once per event key across engines
+    def claim_notification(
+        self, key: str, kind: str, task_id: str | None, title: str, body: str, owner: str, now: float
+    ) -> bool: ...
+
+    def finish_notification(self, key: str, status: str, detail: str | None, now: float) -> None: ...
+
+    def notification_stats(self) -> NotifyStats: ...
+
+    def close(self) -> None: ...
+
+
+STORE_URL_FORMS = "postgresql://USER@HOST[:PORT]/DB or sqlite:///ABSOLUTE/PATH.db"
+
+
+def _shown(url: str) -> str:
+    """A URL for a message: a password in it is replaced by ***."""
+    import re
+
+    return re.sub(r"^([a-z]+://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url)
+
+
+def sqlite_path(url: str) -> str:
+    """The file of a ``sqlite:///ABSOLUTE/PATH`` URL; StoreError for any other form."""
+    rest = url[len("sqlite://") :]
+    if not rest.startswith("/") or rest.strip("/") == "" or "?" in rest or "#" in rest:
+        raise StoreError(
+            f"bad store URL {url!r}: a SQLite store is sqlite:///ABSOLUTE/PATH.db "
+            "(three slashes, then an absolute path)"
+        )
+    return "/" + rest.lstrip("/")
+
+
+def check_store_url(url: str) -> None:
+    """Refuse a store URL that names no store this fleet-tui can open (StoreError, one line)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0-65535
+        except ValueError as e:
+            raise StoreError(f"bad store URL {_shown(url)!r}: {e} (the form is {STORE_URL_FORMS})") from None
+        return
+    if url.startswith("sqlite:"):
+        sqlite_path(url)
+        return
+    raise StoreError(
+        f"unsupported store URL {_shown(url)!r}: use {STORE_URL_FORMS}, or leave it unset for fleet.db "
+        "in the home"
+    )
+
+
+def open_store(url: str | None, home: str, *, readonly: bool = False) -> Store:
+    """The store for a URL: postgresql://... -> PostgresStore, sqlite:///PATH or nothing (the
+    home's fleet.db) -> SqliteStore. Any other URL is refused (StoreError), never replaced by the
+    default: a typo must not queue work into another store.
+
+    ``readonly``: the caller only reads (status, logs, questions, plan, hosts); the store is
+    opened without taking a write lock, so it works while another process writes, on a read-only
+    home and on a full disk. An explicit SQLite file that does not exist is refused then, and its
+    folder must exist otherwise (a typo in the path must not create a new, empty store)."""
+    if url:
+        check_store_url(url)
+    if url and url.startswith(("postgresql://", "postgres://")):
+        from fleet_tui.scheduler.store.postgres_store import PostgresStore
+
+        return PostgresStore(url)
+    from fleet_tui.scheduler.store.sqlite_store import SqliteStore
+
+    if url:
+        path = sqlite_path(url)
+        if readonly and not os.path.isfile(path):
+            raise StoreError(f"no store at {path} (from --store {url}): check the path")
+        if not os.path.isdir(os.path.dirname(path)):
+            raise StoreError(
+                f"no folder {os.path.dirname(path)} for the store {url}: create it first, or fix the path"
+            )
+        return SqliteStore(path, readonly=readonly)
+    return SqliteStore(os.path.join(home, "fleet.db"), readonly=readonly)
