@@ -219,7 +219,7 @@ def sql_violations(package: Path, home: str = SQL_HOME) -> dict[str, list[str]]:
         ]
         for node in ast.walk(mod.tree):
             text = node.value if isinstance(node, ast.Constant) else None
-            if isinstance(text, str) and SQL_STATEMENT.match(text):
+            if isinstance(node, ast.Constant) and isinstance(text, str) and SQL_STATEMENT.match(text):
                 hits.append(f"{rel}:{node.lineno}: {text.strip().splitlines()[0][:60]!r}")
         if hits:
             found[name] = hits
