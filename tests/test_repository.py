@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -124,5 +125,19 @@ def test_ruff_check_is_clean() -> None:
 
 @pytest.mark.timeout(300)
 def test_mypy_is_clean() -> None:
+    # the files come from pyproject.toml: the package, and the tests and benchmarks too
+    files = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]["files"]
+    assert set(files) >= {"src/fleet_tui", "tests", "bench"}
     r = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True, timeout=290)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_the_readme_and_ci_test_command_run_these_checks() -> None:
+    # ``pytest -q`` with no path, marker or keyword collects this file (testpaths), so the
+    # format, lint and type checks above run wherever the README's command or .ci/run does
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["tool"]["pytest"]["ini_options"]["testpaths"] == ["tests"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert ".venv/bin/pip install -e '.[dev]' && .venv/bin/pytest -q\n" in readme
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert ".venv/bin/pytest -q -p no:cacheprovider" in ci

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.fakeapi import HttpError, Text, ToolCall, require_program, run_attempt
+from tests.fakeapi import HttpError, Text, ToolCall, Turn, require_program, run_attempt
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
 
 from fleet_tui.coders.base import AttemptContext
@@ -71,7 +71,7 @@ def api_key_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tool_call_then_finish(claude_program: str, tmp_path: Path, api_key_env: None) -> None:
     ctx = make_ctx(tmp_path)
     target = ctx.workdir / "hello.txt"
-    script = [
+    script: list[Turn] = [
         ToolCall("Write", {"file_path": str(target), "content": "hi from the fake model\n"}, text="Writing."),
         Text("Created hello.txt."),
     ]
@@ -103,7 +103,10 @@ def test_tool_call_then_finish(claude_program: str, tmp_path: Path, api_key_env:
 
 def test_429_then_success(claude_program: str, tmp_path: Path, api_key_env: None) -> None:
     ctx = make_ctx(tmp_path)
-    script = [(HttpError(429, "slow down (fake)", retry_after=0), 2), Text("Finished after two 429s.")]
+    script: list[Turn | tuple[Turn, int]] = [
+        (HttpError(429, "slow down (fake)", retry_after=0), 2),
+        Text("Finished after two 429s."),
+    ]
     with serve_anthropic(script) as (url, rec):
         run = run_attempt(ClaudeCoder(), ctx, fake_env(tmp_path, url))
         statuses = [r.status for r in rec.model_requests()]
@@ -153,7 +156,7 @@ def test_ask_human_mcp_tool_runs_unattended(claude_program: str, tmp_path: Path,
         mcp_command=(sys.executable, "-m", "tests.fakeapi.ask_human_stub"),
         mcp_env={"FAKE_ANSWER": "Use PostgreSQL 16.", "FAKE_ASK_LOG": str(log), "PYTHONPATH": str(ROOT)},
     )
-    script = [
+    script: list[Turn] = [
         ToolCall("mcp__ask_human__ask_human", {"question": "Which database?"}),
         Text("Asked; the answer was PostgreSQL 16."),
     ]

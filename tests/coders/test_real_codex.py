@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.fakeapi import HttpError, Request, Text, ToolCall, require_program, run_attempt
+from tests.fakeapi import HttpError, Request, Text, ToolCall, Turn, require_program, run_attempt
 from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
 from tests.fakeapi.user_setups import SCRUB, codex_user
 
@@ -106,7 +106,10 @@ def test_shell_call_then_finish(codex_program: str, tmp_path: Path) -> None:
 
 
 def test_429_then_success(codex_program: str, tmp_path: Path) -> None:
-    script = [(HttpError(429, "slow down (fake)", retry_after=1), 2), Text("Finished after two 429s.")]
+    script: list[Turn | tuple[Turn, int]] = [
+        (HttpError(429, "slow down (fake)", retry_after=1), 2),
+        Text("Finished after two 429s."),
+    ]
     with serve_openai_responses(script) as (url, rec):
         run = run_attempt(CodexCoder(), make_ctx(tmp_path, url), home_env(tmp_path))
         statuses = [r.status for r in rec.model_requests()]

@@ -206,18 +206,6 @@ def test_broken_task_files_report_file_line_and_queue_nothing(tmp_path: Path, ca
     assert status(home) == []
 
 
-def test_engine_and_coders_import_no_ui() -> None:
-    engine = ("engine", "runner", "shim", "sqlite_store", "view", "launch")
-    coders = ("base", "sim", "shell", "claude", "codex", "opencode", "gemini")
-    mods = [f"fleet_tui.scheduler.{m}" for m in engine] + [f"fleet_tui.coders.{m}" for m in coders]
-    code = (
-        f"import sys, {', '.join(mods)}\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-
-
 def test_crashed_attempt_is_resumed_with_an_assess_first_prompt(tmp_path: Path) -> None:
     home, log = tmp_path / "home", tmp_path / "side.txt"
     cmd = (

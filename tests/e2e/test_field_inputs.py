@@ -353,8 +353,8 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
     with open(db, "r+b") as fh:
         fh.seek(8192)
         fh.write(os.urandom(size - 8192))
-    for args in (("status",), ("logs", "t3")):
-        p = fleet(home, *args, check=False)
+    for command in (("status",), ("logs", "t3")):
+        p = fleet(home, *command, check=False)
         no_traceback(p)
         assert "malformed" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fakeapi.github import TOKEN, FakeGitHub
 
-from fakeapi.github import TOKEN, FakeGitHub
 from helpers import fleet, fleet_bg, fleet_env, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -220,11 +220,11 @@ def test_failures_park_with_a_clear_reason(w: World) -> None:
     lonely = w.repo("lonely", remote=False)
     w.load(lonely, "no-remote")
     w.run_idle()
-    t = w.tasks()
-    assert t["diverged"]["status"] == "needs_human"
-    assert t["diverged"]["reason"].startswith("push_rejected: non-fast-forward: origin/fleet/diverged")
-    assert t["no-remote"]["status"] == "needs_human"
-    assert t["no-remote"]["reason"].startswith("push_rejected: no git remote")
+    ts = w.tasks()
+    assert ts["diverged"]["status"] == "needs_human"
+    assert ts["diverged"]["reason"].startswith("push_rejected: non-fast-forward: origin/fleet/diverged")
+    assert ts["no-remote"]["status"] == "needs_human"
+    assert ts["no-remote"]["reason"].startswith("push_rejected: no git remote")
     assert w.gh.calls_to("POST", f"/repos/{REPO}/pulls") == []
 
     # a bad token: a one-line reason; `import` says the same and exits 1

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fakeapi import Request, Text, ToolCall, require_program
+from tests.fakeapi import Request, Text, ToolCall, Turn, require_program
 from tests.fakeapi.anthropic import serve_anthropic, tool_results
 from tests.fakeapi.openai_responses import function_outputs, serve_openai_responses
 from tests.fakeapi.user_setups import codex_user
@@ -93,7 +93,7 @@ def test_claude_completes_a_task_in_the_sandbox_and_asks_a_human(tmp_path: Path)
     require_program("claude")
     box = Boxed(tmp_path)
     target, planted = box.work / "hello.txt", box.user_home / "planted.txt"
-    script = [
+    script: list[Turn] = [
         ToolCall("Write", {"file_path": str(target), "content": "hi from the fake model\n"}),
         ToolCall("Write", {"file_path": str(planted), "content": "escaped\n"}),
         ToolCall("Bash", {"command": f"cat {box.user_home}/.ssh/id_* || echo NO-KEY"}),

@@ -290,7 +290,7 @@ def test_hosts_with_clocks_a_minute_apart_keep_their_own_tasks(tmp_path: Path, p
         first = wait_for(lambda: _pg_rows(private_pg.url, beat), 30, what="host b to start")[0][0]
         # host b has looked for orphans several times (every heartbeat), far past a's lease
         wait_for(
-            lambda: any(float(r[0]) >= float(first) + 6 for r in _pg_rows(private_pg.url, beat)),
+            lambda: any(float(str(r[0])) >= float(str(first)) + 6 for r in _pg_rows(private_pg.url, beat)),
             30,
             what="host b to run for six heartbeats",
         )

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.e2e.test_tmux_cockpit import Cockpit, _sh, home_processes, quit_stopping_all, tmux_program
 
-from e2e.test_tmux_cockpit import Cockpit, _sh, home_processes, quit_stopping_all, tmux_program
 from helpers import by_name, fleet
 
 pytestmark = [pytest.mark.tmux, pytest.mark.timeout(90)]

@@ -103,7 +103,8 @@ def test_approve_a_parked_task_records_the_person(home: Path, tmp_path: Path) ->
     try:
         last = store.transitions(t["id"])[-1]
         assert (last.src, last.dst) == ("needs_human", "done") and last.reason == t["reason"]
-        assert "approved by" in (store.get_attempt(t["id"], 1).verify_output or "")
+        attempt = store.get_attempt(t["id"], 1)
+        assert attempt is not None and "approved by" in (attempt.verify_output or "")
     finally:
         store.close()
     assert by_name(home)["next"]["status"] == "queued"  # its dependent may go on now
@@ -168,6 +169,7 @@ def test_send_to_a_running_task_stops_its_agent_and_continues(home: Path, tmp_pa
     assert "Stop that and summarise." in (tmp_path / "prompt-2.txt").read_text()
     store = open_store(None, str(home))
     try:
-        assert store.get_attempt(by_name(home)["long"]["id"], 1).outcome == "killed"
+        attempt = store.get_attempt(by_name(home)["long"]["id"], 1)
+        assert attempt is not None and attempt.outcome == "killed"
     finally:
         store.close()

@@ -104,7 +104,8 @@ def test_takeover_in_tmux_stops_the_agent_opens_the_worktree_and_asks(
         )
         store = open_store(None, str(home))
         try:
-            assert store.get_attempt(t["id"], 1).outcome == "killed"  # the headless agent was stopped
+            attempt = store.get_attempt(t["id"], 1)
+            assert attempt is not None and attempt.outcome == "killed"  # the headless agent was stopped
         finally:
             store.close()
         tmux(tmux_socket, "send-keys", "-t", "main:0", "r", "Enter")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -69,7 +71,7 @@ def test_bus_batches_and_drops_oldest_for_a_slow_reader() -> None:
 
 
 def test_shim_json_is_json() -> None:
-    data = {"a": 1, "b": None, "c": 'x"y\\z\n\x01', "d": 1.5, "e": True, "f": False}
+    data: dict[str, object] = {"a": 1, "b": None, "c": 'x"y\\z\n\x01', "d": 1.5, "e": True, "f": False}
     assert json.loads(dump_json(data)) == data
 
 
@@ -98,8 +100,8 @@ def test_wal_is_checkpointed(tmp_path: Path) -> None:
 
 
 def test_schema_version_newer_than_known_is_refused(tmp_path: Path) -> None:
-    st = SqliteStore(str(tmp_path / "fleet.db"))
-    st._db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
-    st.close()
+    SqliteStore(str(tmp_path / "fleet.db")).close()
+    with closing(sqlite3.connect(tmp_path / "fleet.db")) as db, db:  # a newer fleet-tui wrote it
+        db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
     with pytest.raises(StoreError, match="upgrade fleet-tui"):
         SqliteStore(str(tmp_path / "fleet.db"))

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fakeapi.github import TOKEN, FakeGitHub
 
-from fakeapi.github import TOKEN, FakeGitHub
 from fleet_tui.scheduler.github import ghimport
 from fleet_tui.scheduler.github.api import GitHub, GitHubError, Issue, RateLimited, find_token
 from fleet_tui.scheduler.github.prwatch import tick
@@ -123,7 +123,7 @@ def test_poll_rate_limit_recorded_and_raised(store: Any, fake: FakeGitHub) -> No
     with pytest.raises(RateLimited):
         tick(store, 10.0, "t", poll=True, gh=GitHub(TOKEN, fake.base))
     assert "rate limit" in get_link(store, tid)["error"]
-    assert store.get_task(tid).status == TaskStatus.DONE  # type: ignore[union-attr]
+    assert store.get_task(tid).status == TaskStatus.DONE
     calls = len(fake.calls)
     assert tick(store, 11.0, "t", poll=False, gh=GitHub(TOKEN, fake.base)) == []
     assert len(fake.calls) == calls  # no poll due, no comment owed: no call at all
@@ -184,9 +184,9 @@ def test_publish_on_a_parked_task_without_remote_does_not_raise(store: Any, tmp_
     store.transition(t.id, TaskStatus.NEEDS_HUMAN, reason="push_rejected: no git remote", now=3.0)
     engine = SimpleNamespace(store=store, clock=lambda: 4.0, actor="t")
     info = WorktreeInfo(repo, tmp_path / "gone", "fleet/t1", "main", "0" * 40)
-    res = publish(engine, store.get_task(t.id), info)  # type: ignore[arg-type]
+    res = publish(engine, store.get_task(t.id), info)
     assert not res.ok and "push_rejected: no git remote" in res.message
-    assert store.get_task(t.id).status == TaskStatus.NEEDS_HUMAN  # type: ignore[union-attr]
+    assert store.get_task(t.id).status == TaskStatus.NEEDS_HUMAN
 
 
 def test_push_refused_by_the_remote_names_why(tmp_path: Path) -> None:

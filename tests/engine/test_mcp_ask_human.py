@@ -628,7 +628,8 @@ def test_answer_is_refused_inside_an_agents_attempt(fleet: Fleet, tmp_path: Path
     assert ran.returncode == 3, ran.stderr  # the paused task needs a person
     text = out.read_text()
     assert "answer refused" in text and "rc=1" in text, text
-    assert fleet.store.get_question(q.id).status == "pending"
+    asked = fleet.store.get_question(q.id)
+    assert asked is not None and asked.status == "pending"
     # with the attempt markers in its own environment, a process is refused as well
     inside = subprocess.run(
         [*FLEET, "--home", str(fleet.home), "answer", q.id, "MIT"],
@@ -637,7 +638,8 @@ def test_answer_is_refused_inside_an_agents_attempt(fleet: Fleet, tmp_path: Path
     assert inside.returncode == 1 and "answer refused" in inside.stderr
     person = fleet.cli("answer", q.id, "Apache-2.0")
     assert person.returncode == 0, person.stderr
-    assert fleet.store.get_question(q.id).answer == "Apache-2.0"
+    answered = fleet.store.get_question(q.id)
+    assert answered is not None and answered.answer == "Apache-2.0"
 
 
 def test_config_never_echoes_the_store_password(tmp_path: Path) -> None:

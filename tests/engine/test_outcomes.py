@@ -31,7 +31,7 @@ from fleet_tui.coders.base import get_coder
 from fleet_tui.config import Config, load_config
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import Attempt, Event, Outcome, Task, TaskSpec, VerifySpec
-from fleet_tui.scheduler.policy.headroom import GIB, Headroom
+from fleet_tui.scheduler.policy.headroom import GIB, Headroom, read_headroom
 from fleet_tui.scheduler.policy.outcome import (
     RATE_LIMIT_BACKOFF_S,
     RATE_LIMIT_GRACE_S,
@@ -72,13 +72,16 @@ class FakeClock:
 
 @dataclass
 class FakeHeadroom:
-    """A settable machine reading (plenty by default)."""
+    """A settable machine reading (plenty by default), or the machine's own for ``real_home``."""
 
     load_per_core: float | None = 0.1
     mem_available: int | None = 64 * GIB
     disk_free: int | None = 500 * GIB
+    real_home: Path | None = None
 
     def __call__(self) -> Headroom:
+        if self.real_home is not None:
+            return read_headroom(self.real_home)
         return Headroom(
             cores=2,
             load_per_core=self.load_per_core,
@@ -973,12 +976,10 @@ async def test_memory_gate_driven_by_an_injected_reading(make_fleet: Callable[..
 
 
 async def test_memory_gate_driven_by_the_real_reading(make_fleet: Callable[..., Fleet]) -> None:
-    from fleet_tui.scheduler.policy.headroom import read_headroom
-
     f = make_fleet(mem_floor_gib=1_000_000.0)
     real = read_headroom(f.home)
     assert real.mem_available is not None and real.mem_available > 0
-    f.engine._read_headroom = lambda: read_headroom(f.home)  # the machine's own reading
+    f.headroom.real_home = f.home  # the machine's own reading
     await f.add(f.spec("too-big", "@sim steps=1"))
     async with f.running():
         t = await f.wait_waiting("too-big", "memory: ")

@@ -145,7 +145,7 @@ def test_pg_survives_killed_connections(pg_schema: str) -> None:
         s.add_tasks([spec("a")], NOW)
         s.get_setting("warm")  # a second pooled connection is fine too
         m0 = s.change_marker()
-        ours = sorted(s._pool.pids | {s._listener.info.backend_pid})  # this store's sessions only
+        ours = sorted(s.session_pids)  # this store's sessions only
         with psycopg.connect(PG_URL, autocommit=True) as admin:
             killed = admin.execute(
                 "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n FROM unnest(%s::int[]) AS pid",
@@ -157,7 +157,8 @@ def test_pg_survives_killed_connections(pg_schema: str) -> None:
                 time.sleep(0.01)
         assert len(ours) >= 2 and killed == (len(ours),)
         assert s.get_task("a") is not None  # a read after the kill: retried on a fresh connection
-        assert s.claim("e1", "h", (), NOW, 60.0, "sim", None).name == "a"  # a write: BEGIN retried
+        claimed = s.claim("e1", "h", (), NOW, 60.0, "sim", None)
+        assert claimed is not None and claimed.name == "a"  # a write: BEGIN retried
         deadline = time.monotonic() + 20
         while s.change_marker() == m0:  # the listener died: the marker moves (we may have missed news)
             assert time.monotonic() < deadline, "change_marker did not move after the listener died"

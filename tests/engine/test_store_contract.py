@@ -128,8 +128,8 @@ def claim(s: Store, owner: str = "e1", *, tags: tuple[str, ...] = (), now: float
     return s.claim(owner, "h1", tags, now, 60.0, **kw)
 
 
-def names_claimed(s: Store, n: int, **kw: Any) -> list[str]:
-    out = []
+def names_claimed(s: Store, n: int, **kw: Any) -> list[str | None]:
+    out: list[str | None] = []
     for _ in range(n):
         t = claim(s, **kw)
         out.append(t.name if t else None)

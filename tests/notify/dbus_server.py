@@ -8,6 +8,7 @@ takes commands a person's click would cause: ``invoke ID ACTION_KEY`` (a button)
 """
 
 # ruff: noqa: F722, F821
+# mypy: disable-error-code="name-defined, valid-type"
 # (dbus-fast reads D-Bus signatures from string annotations)
 
 import asyncio

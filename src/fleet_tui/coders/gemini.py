@@ -274,7 +274,7 @@ class GeminiNormalizer(BaseNormalizer):
 
     @staticmethod
     def _is_rate_limit(err: dict[str, Any]) -> bool:
-        if err.get("type") in QUOTA_ERROR_TYPES:
+        if isinstance(err.get("type"), str) and err["type"] in QUOTA_ERROR_TYPES:
             return True
         message = err.get("message")
         if isinstance(message, str) and api_error_code(message) == 429:
@@ -292,7 +292,7 @@ class GeminiNormalizer(BaseNormalizer):
         """
         common: dict[str, Any] = {"result_text": self.result_text}
         err = _dict(self.result.get("error")) if self.result else {}
-        etype = err.get("type")
+        etype = err.get("type") if isinstance(err.get("type"), str) else None
         message = err.get("message") if isinstance(err.get("message"), str) else None
         resets = self.rate_limit.resets_at if self.rate_limit else None
         code = api_error_code(message)

@@ -335,6 +335,16 @@ class PgBase(PgNotifications):
             self._listener = None
             self._listen_retry_at = time.monotonic() + 5.0
 
+    @property
+    def session_pids(self) -> frozenset[int]:
+        """The server's backend pids of this store's open sessions (its pool and its listener), as
+        ``pg_stat_activity`` names them: what an operator looks for to find or end this store's own."""
+        pids = set(self._pool.pids)
+        lst = self._listener
+        if lst is not None and not lst.closed:
+            pids.add(lst.info.backend_pid)
+        return frozenset(pids)
+
     def change_marker(self) -> int:
         """Moves when another session committed a change here (NOTIFY), and every ``fallback_s``."""
         with self._listen_lock:
