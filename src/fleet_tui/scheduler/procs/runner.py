@@ -300,6 +300,9 @@ class AttemptRunner:
         self.open_questions: set[str] = set()  # ask_human tool calls without a result yet
         self.asked = False
         self.finished = False  # the agent wrote its final result: no handoff, it is done working
+        #: sees each tick's new events while the agent runs (a follow-up waiting for the agent's
+        #: next turn boundary: humans/followup.py TurnStop)
+        self.watch: Callable[[AttemptRunner, list[Event], float], None] | None = None
 
     # -- control ------------------------------------------------------------------------------
     def stop(self, reason: str, detail: str | None = None) -> None:
@@ -514,6 +517,8 @@ class AttemptRunner:
                     await self.sink(events, self.offset)
                 if ended:
                     break
+                if self.watch is not None:
+                    self.watch(self, events, self.clock())
                 self.check_limits(self.clock())
                 if self.more:  # a backlog: the next slice right away, after letting others run
                     await anyio.sleep(0)
