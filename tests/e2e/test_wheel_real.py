@@ -9,6 +9,7 @@ turn (the verifier's failure, or the person's follow-up), and the session id is 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tests.e2e.test_real_agents import Fleet, claude_env, codex_env
 from tests.fakeapi import Request, Text, require_program
 from tests.fakeapi.anthropic import serve_anthropic
 from tests.fakeapi.openai_responses import serve_openai_responses
+from tests.fakeapi.user_setups import OPENCODE_MODEL, SCRUB, opencode_user
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(150)]
 
@@ -190,6 +192,80 @@ def test_codex_send_on_a_done_task_continues_with_the_message(fl: Fleet) -> None
     assert "Done the first part." in second and "Now rename foo to bar, please" in second[-1], second
     s = sessions(fl, "part")
     assert s[1] == s[2], s
+
+
+# -- OpenCode --------------------------------------------------------------------------------------
+
+
+def opencode_setup(fl: Fleet, url: str) -> None:
+    """An OpenCode user whose anthropic provider's baseURL is the fake API (their opencode.json)."""
+    for var in SCRUB:
+        fl.env.pop(var, None)
+    fl.env.update(opencode_user(fl.user_home, url + "/v1"))
+
+
+def test_opencode_retry_continues_the_same_session(fl: Fleet, tmp_path: Path) -> None:
+    require_program("opencode")
+    with serve_anthropic([Text("First try: done."), Text("Added the docstring.")]) as (url, rec):
+        opencode_setup(fl, url)
+        fl.add("opencode", "doc", "Write a module docstring", "--verify", fails_once(tmp_path),
+               "--model", OPENCODE_MODEL)  # fmt: skip
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("doc")
+    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("doc"))
+    assert len(calls) == 2, [c.body for c in calls]
+    second = anthropic_texts(calls[-1])
+    assert any("Write a module docstring" in x for x in second[:-1]), second  # the first turn
+    assert any("First try: done." in x for x in second[:-1]), second
+    assert "VERIFY-SAYS-MISSING-DOCSTRING" in second[-1], second  # the failure is the new turn
+    assert "Write a module docstring" not in second[-1]
+    s = sessions(fl, "doc")
+    assert len(s[1]) == 1 and s[1] == s[2], s
+    rec2 = continue_record(fl, "doc", 2)
+    assert rec2["continued"] and rec2["session_id"] in s[1] and rec2["turn"] == "retry", rec2
+
+
+def test_opencode_send_on_a_done_task_continues_with_the_message(fl: Fleet) -> None:
+    require_program("opencode")
+    with serve_anthropic([Text("Done the first part."), Text("Renamed it.")]) as (url, rec):
+        opencode_setup(fl, url)
+        fl.add("opencode", "part", "Write part one", "--model", OPENCODE_MODEL)
+        fl.run_until_idle()
+        assert fl.task("part")["status"] == "done", fl.stderr_of("part")
+        fl("send", "part", "Now rename foo to bar, please")
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    t = fl.task("part")
+    assert t["status"] == "done" and t["attempt"] == 2, (t, fl.stderr_of("part"))
+    second = anthropic_texts(calls[-1])
+    assert any("Done the first part." in x for x in second[:-1]), second
+    assert "Now rename foo to bar, please" in second[-1], second
+    s = sessions(fl, "part")
+    assert s[1] == s[2], s
+
+
+def test_opencode_falls_back_to_fresh_when_its_session_is_gone(fl: Fleet, tmp_path: Path) -> None:
+    require_program("opencode")
+    with serve_anthropic([Text("FIRST-ANSWER"), Text("SECOND-ANSWER")]) as (url, rec):
+        opencode_setup(fl, url)
+        fl.add("opencode", "gone", "Write a module docstring", "--model", OPENCODE_MODEL)
+        fl.run_until_idle()
+        t = fl.task("gone")
+        assert t["status"] == "done", fl.stderr_of("gone")
+        # the session's database went away with the first run's directory (cleaned by hand)
+        data = fl.home / "tasks" / t["id"] / "attempts" / "1" / "opencode" / "xdg" / "data"
+        shutil.rmtree(data)
+        fl("send", "gone", "One more thing")
+        fl.run_until_idle()
+        calls = rec.model_requests()
+    assert fl.task("gone")["status"] == "done", fl.stderr_of("gone")
+    second = anthropic_texts(calls[-1])
+    assert not any("FIRST-ANSWER" in x for x in second), second
+    assert any("One more thing" in x for x in second), second
+    rec2 = continue_record(fl, "gone", 2)
+    assert not rec2["continued"] and "database is gone" in rec2["note"], rec2
+    assert any("fresh session: opencode session" in x for x in lifecycle(fl, "gone", 2))
 
 
 # -- Gemini CLI ------------------------------------------------------------------------------------
