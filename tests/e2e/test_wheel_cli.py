@@ -233,3 +233,31 @@ def test_send_stops_an_agent_anyway_after_the_grace_and_says_so(home: Path, tmp_
         engine.wait(timeout=30)
     detail = attempt_record(home, "stuck", 1).detail
     assert detail == "follow-up: no turn boundary within 1 s (followup_grace_s); stopped anyway", detail
+
+
+def test_a_follow_up_waiting_for_a_turn_survives_its_engine(home: Path, tmp_path: Path) -> None:
+    # the engine that was asked to stop the agent at its next turn boundary dies (kill -9) before
+    # the boundary comes; the engine that adopts the agent keeps waiting for it, then delivers
+    go = tmp_path / "go"
+    prompt = f"@sim wait-file={go}\n@sim say=finished"
+    fleet(home, "add", prompt, "--name", "turn", "--coder", "sim", "--cwd", str(tmp_path))
+    first = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run1.log")
+    second = None
+    try:
+        wait_for(
+            lambda: any(e["kind"] == "tool_call" for e in logs(home, "turn")), timeout=60, what="tool call"
+        )
+        assert "stops at its next turn boundary" in fleet(home, "send", "turn", "Then summarise.").stdout
+        first.kill()
+        first.wait(timeout=30)
+        second = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run2.log")
+        go.write_text("")
+        wait_for(lambda: by_name(home)["turn"]["status"] == "done", timeout=60, what="second attempt done")
+    finally:
+        for p in (first, second):
+            if p is not None:
+                p.kill()
+                p.wait(timeout=30)
+    detail = attempt_record(home, "turn", 1).detail
+    assert detail.startswith("follow-up: stopped at a turn boundary"), detail
+    assert by_name(home)["turn"]["attempt"] == 2

@@ -267,6 +267,15 @@ class TurnStop:
             )
 
 
+def adopted_watch(store: Store, grace_s: float, task_id: str, attempt: int, now: float) -> TurnStop | None:
+    """For an agent an engine adopts: the watch its previous engine held when a follow-up was
+    waiting for the agent's next turn boundary (pending follow-ups are cleared at each launch, so
+    one pending for a running attempt was sent during it); None when there is none."""
+    if not pending(store, task_id):
+        return None
+    return TurnStop(now + grace_s, grace_s, open_calls(store.events(task_id, attempt)))
+
+
 async def stop_at_turn(engine: Any, r: Any) -> CommandResult:
     """The engine side of a follow-up for an agent it runs (``r``: its Running): stop it now when
     there is nothing to wait for, else watch for its next turn boundary and return at once."""
@@ -306,27 +315,25 @@ async def stop_at_turn(engine: Any, r: Any) -> CommandResult:
     return CommandResult(r.done.is_set(), f"{name}: agent stopped; follow-up queued", new)
 
 
+def _running(task: Task) -> bool:
+    return task.status in ACTIVE or (task.status == TaskStatus.PAUSED and bool(task.paused_running))
+
+
 async def _stop_running(ctl: Any, task: Task) -> CommandResult:
     """Ask the engine running ``task`` to stop it at a turn boundary; when that engine is gone
-    (or too old to know the verb), stop it the way ``retry`` does."""
+    (or too old to know the verb), stop it at once the way ``retry`` does."""
     runners = getattr(ctl, "runners", None)
+    res: CommandResult | None
     if isinstance(runners, dict) and task.id in runners:
         from fleet_tui.scheduler.finish import local_command
 
-        res: CommandResult = await local_command(ctl, "followup", task.id)
+        res = await local_command(ctl, "followup", task.id)
     else:
-        remote = await ctl._remote(task, "followup")
-        if remote is None:
-            res = await ctl.retry(task.id)
-            return CommandResult(
-                res.ok, f"{task.name}: agent stopped; follow-up queued" if res.ok else res.message, res.task
-            )
-        res = remote
-    if not res.ok and "unknown command" in res.message:
+        res = await ctl._remote(task, "followup")
+    if res is None or (not res.ok and "unknown command" in res.message):
         res = await ctl.retry(task.id)
-        return CommandResult(
-            res.ok, f"{task.name}: agent stopped; follow-up queued" if res.ok else res.message, res.task
-        )
+        if res.ok:
+            res = CommandResult(True, f"{task.name}: agent stopped; follow-up queued", res.task)
     return res
 
 
@@ -353,15 +360,18 @@ async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandR
     await anyio.to_thread.run_sync(add_pending, store, task.id, text, who, now)
     if task.status == TaskStatus.QUEUED:
         return CommandResult(True, f"{task.name}: follow-up queued for its next attempt", task)
-    if task.status in ACTIVE or (task.status == TaskStatus.PAUSED and task.paused_running):
+    if _running(task):
         res = await _stop_running(ctl, task)
-        if not res.ok:
+        if res.ok:
+            publish = getattr(ctl, "publish_task", None)
+            if publish is not None and res.task is not None:
+                publish(res.task)
+            return res
+        fresh = await ctl._get(task.id)
+        if isinstance(fresh, CommandResult) or _running(fresh):
             await anyio.to_thread.run_sync(clear_pending, store, task.id)
             return res
-        publish = getattr(ctl, "publish_task", None)
-        if publish is not None and res.task is not None:
-            publish(res.task)
-        return res
+        task = fresh  # its agent ended meanwhile: it takes the follow-up as a finished task does
     res = await ctl._direct(
         task,
         TaskStatus.QUEUED,

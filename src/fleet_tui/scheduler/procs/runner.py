@@ -512,13 +512,13 @@ class AttemptRunner:
             while True:
                 alive = self.shim_alive()
                 events = self.poll_output(final=not alive)
+                if self.watch is not None:
+                    self.watch(self, events, self.clock())
                 ended = not alive and not self.more
                 if events or ended:
                     await self.sink(events, self.offset)
                 if ended:
                     break
-                if self.watch is not None:
-                    self.watch(self, events, self.clock())
                 self.check_limits(self.clock())
                 if self.more:  # a backlog: the next slice right away, after letting others run
                     await anyio.sleep(0)
