@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 from tests.e2e.test_real_agents import Fleet, claude_env, codex_env
-from tests.fakeapi import Request, Text, require_program
+from tests.fakeapi import Request, Text, ToolCall, require_program
 from tests.fakeapi.anthropic import serve_anthropic
 from tests.fakeapi.openai_responses import serve_openai_responses
 from tests.fakeapi.user_setups import OPENCODE_MODEL, SCRUB, opencode_user
+
+from fleet_tui.scheduler.store.protocol import open_store
+from helpers import wait_for
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(150)]
 
@@ -144,6 +147,46 @@ def test_claude_fresh_when_the_task_says_so(fl: Fleet, tmp_path: Path) -> None:
     s = sessions(fl, "fresh")
     assert s[1] != s[2], s
     assert lifecycle(fl, "fresh", 2) == ["fresh session (continue = fresh)"]
+
+
+def test_claude_send_to_a_running_agent_stops_it_after_its_tool_call(fl: Fleet, tmp_path: Path) -> None:
+    # the agent is inside a Bash call when the follow-up comes: it is stopped once that call's
+    # result is in, and the next attempt continues the session (tool call and result included)
+    require_program("claude")
+    go = tmp_path / "go"
+    wait = f"while [ ! -e {go} ]; do sleep 0.1; done; echo WAITED-FOR-GO"
+    script = [ToolCall("Bash", {"command": wait}, text="Waiting."), Text("Done."), Text("Done.")]
+    with serve_anthropic(script) as (url, rec):
+        claude_env(fl, url)
+        fl.add("claude", "busy", "Wait for the go file")
+        engine = fl.run_bg()
+        try:
+            wait_for(lambda: any(e["kind"] == "tool_call" for e in fl.logs_json("busy")), 90, what="Bash")
+            out = fl("send", "busy", "Then say which file you waited for").stdout
+            assert "stops at its next turn boundary" in out, out
+            go.write_text("")
+            wait_for(lambda: fl.task("busy")["status"] == "done", 120, what="the follow-up's attempt done")
+        finally:
+            engine.kill()
+            engine.wait(timeout=30)
+        calls = rec.model_requests()
+    t = fl.task("busy")
+    assert t["attempt"] == 2, (t, fl.run_log())
+    first = [e for e in fl.logs_json("busy") if e["attempt"] == 1]
+    assert any(e["kind"] == "tool_result" and "WAITED-FOR-GO" in (e.get("text") or "") for e in first)
+    last = calls[-1].body["messages"]
+    texts = [json.dumps(m.get("content")) for m in last]
+    assert any("WAITED-FOR-GO" in x for x in texts[:-1]), texts  # the call's result, kept
+    assert "Then say which file you waited for" in texts[-1], texts
+    s = sessions(fl, "busy")
+    assert s[1] == s[2], s
+    assert continue_record(fl, "busy", 2)["turn"] == "followup"
+    store = open_store(None, str(fl.home))
+    try:
+        detail = store.get_attempt(t["id"], 1).detail
+    finally:
+        store.close()
+    assert detail == "follow-up: stopped at a turn boundary (after the result of Bash)", detail
 
 
 # -- Codex -----------------------------------------------------------------------------------------

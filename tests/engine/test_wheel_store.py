@@ -55,32 +55,32 @@ def test_turn_stop_waits_until_every_open_call_has_its_result() -> None:
     # two parallel calls were open before the follow-up came: the first result is no boundary
     seen = [
         ev(0, "tool_call", "a"),
-        ev(1, "tool_call", "b"),
+        ev(1, "tool_call", "b", "Grep"),
         ev(2, "tool_call", "c"),
         ev(3, "tool_result", "c"),
     ]
-    assert open_calls(seen) == {"a", "b"}
+    assert open_calls(seen) == {"a": "", "b": "Grep"}
     r = FakeRunner()
     watch = TurnStop(NOW + 60, 60, open_calls(seen))
     watch(r, [ev(4, "tool_result", "a", "Bash"), ev(5, "text")], NOW + 1)
     assert r.stop_reason is None
     watch(r, [], NOW + 2)
     assert r.stop_reason is None
-    watch(r, [ev(6, "tool_result", "b", "Grep")], NOW + 3)
+    watch(r, [ev(6, "tool_result", "b")], NOW + 3)  # a result without the tool's name
     assert r.stop_reason == "retry_by_user"
     assert r.stop_detail == "follow-up: stopped at a turn boundary (after the result of Grep)"
 
 
 def test_turn_stop_at_the_result_a_question_or_the_deadline() -> None:
     r = FakeRunner()
-    TurnStop(NOW + 60, 60, {"a"})(r, [ev(0, "result")], NOW)
+    TurnStop(NOW + 60, 60, {"a": "Bash"})(r, [ev(0, "result")], NOW)
     assert r.stop_detail == "follow-up: stopped at a turn boundary (at its final result)"
     r = FakeRunner()
     r.open_questions = {"q"}
-    TurnStop(NOW + 60, 60, set())(r, [], NOW)
+    TurnStop(NOW + 60, 60, {})(r, [], NOW)
     assert r.stop_detail == "follow-up: stopped while it waited for a person's answer"
     r = FakeRunner()
-    watch = TurnStop(NOW + 5, 5, {"a"})
+    watch = TurnStop(NOW + 5, 5, {"a": "Bash"})
     watch(r, [ev(0, "tool_call", "b")], NOW + 4.9)
     assert r.stop_reason is None
     watch(r, [], NOW + 5)

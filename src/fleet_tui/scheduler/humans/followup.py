@@ -218,14 +218,14 @@ def read_record(adir: Path) -> dict[str, Any] | None:
 STOP_REASON = "retry_by_user"
 
 
-def open_calls(events: list[Event]) -> set[str]:
-    """The tool calls in ``events`` that have no result yet (by tool id)."""
-    calls: set[str] = set()
+def open_calls(events: list[Event]) -> dict[str, str]:
+    """The tool calls in ``events`` that have no result yet: tool id -> tool name."""
+    calls: dict[str, str] = {}
     for e in events:
         if e.kind == "tool_call" and e.tool_id:
-            calls.add(e.tool_id)
+            calls[e.tool_id] = e.tool or ""
         elif e.kind == "tool_result" and e.tool_id:
-            calls.discard(e.tool_id)
+            calls.pop(e.tool_id, None)
     return calls
 
 
@@ -233,19 +233,20 @@ class TurnStop:
     """Watches a running agent's normalized events (``AttemptRunner.watch``) and stops it at its
     next turn boundary, or once ``grace_s`` has passed without one (saying so)."""
 
-    def __init__(self, deadline: float, grace_s: float, calls: set[str]) -> None:
+    def __init__(self, deadline: float, grace_s: float, calls: dict[str, str]) -> None:
         self.deadline = deadline
         self.grace_s = grace_s
-        self.calls = set(calls)
+        self.calls = dict(calls)  # open tool calls: id -> name (a result may not repeat the name)
 
     def boundary(self, e: Event) -> str | None:
         """What makes ``e`` a turn boundary (None: it is not one)."""
         if e.kind == "tool_call" and e.tool_id:
-            self.calls.add(e.tool_id)
+            self.calls[e.tool_id] = e.tool or ""
         elif e.kind == "tool_result":
-            self.calls.discard(e.tool_id or "")
+            name = e.tool or self.calls.get(e.tool_id or "") or "a tool call"
+            self.calls.pop(e.tool_id or "", None)
             if not self.calls:
-                return f"after the result of {e.tool or 'a tool call'}"
+                return f"after the result of {name}"
         elif e.kind == "result":
             return "at its final result"
         return None
