@@ -1,9 +1,12 @@
-"""Taking the wheel with the real claude and codex programs against the fake APIs.
+"""Taking the wheel with the real claude, codex, opencode and gemini programs against the fake APIs.
 
 Why: continuing an agent's own conversation is only real when the CLI itself resumes its
 session: these tests drive ``fleet-tui run`` / ``send`` end to end and look at what the CLI sent
 the (fake) model: the second request of the task carries the first turn's messages and the new
-turn (the verifier's failure, or the person's follow-up), and the session id is the same.
+turn (the verifier's failure, or the person's follow-up), and the session id is the same. A
+follow-up for a running claude waits for the end of the tool call it is in; a CLI whose session
+is gone falls back to a fresh one and says so. Each CLI is configured as its users do (OpenCode
+through its opencode.json provider baseURL).
 """
 
 from __future__ import annotations
