@@ -97,6 +97,7 @@ class Config:
     loop_output_tokens: int = 100_000
     loop_same_question: bool = True
     continue_session: Literal["auto", "fresh"] = "auto"
+    followup_grace_s: float = 60.0
 
 
 class ConfigError(ValueError):
@@ -252,6 +253,11 @@ KEYS: dict[str, _Key] = {
         "auto: a retry, a follow-up or a crash-resume continues the agent's own session when its CLI "
         "can; fresh: always a new session (a task's own continue key wins)",
         choices=("auto", "fresh"),
+    ),
+    "followup_grace_s": _Key(
+        "float",
+        "how long a follow-up waits for a running agent's next turn boundary before stopping it",
+        low=0,
     ),
 }
 

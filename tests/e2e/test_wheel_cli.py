@@ -173,3 +173,93 @@ def test_send_to_a_running_task_stops_its_agent_and_continues(home: Path, tmp_pa
         assert attempt is not None and attempt.outcome == "killed"
     finally:
         store.close()
+
+
+def attempt_record(home: Path, name: str, n: int) -> Any:
+    store = open_store(None, str(home))
+    try:
+        return store.get_attempt(by_name(home)[name]["id"], n)
+    finally:
+        store.close()
+
+
+def test_send_to_a_running_agent_waits_for_its_turn_boundary(home: Path, tmp_path: Path) -> None:
+    # the agent is inside a tool call (it waits for a file); the follow-up must not cut it off:
+    # the agent is stopped once that call's result is in, not before
+    go = tmp_path / "go"
+    prompt = f"@sim wait-file={go}\n@sim say=finished"
+    fleet(home, "add", prompt, "--name", "turn", "--coder", "sim", "--cwd", str(tmp_path))
+    engine = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    try:
+        wait_for(
+            lambda: any(e["kind"] == "tool_call" for e in logs(home, "turn")), timeout=60, what="tool call"
+        )
+        out = fleet(home, "send", "turn", "Then write the summary.").stdout
+        assert "stops at its next turn boundary" in out, out
+        assert by_name(home)["turn"]["status"] == "running"  # the call it is in goes on
+        go.write_text("")
+        wait_for(lambda: by_name(home)["turn"]["status"] == "done", timeout=60, what="second attempt done")
+    finally:
+        engine.kill()
+        engine.wait(timeout=30)
+    first = attempt_record(home, "turn", 1)
+    assert first.outcome == "killed"
+    assert first.detail.startswith("follow-up: stopped at a turn boundary (after the result of"), first.detail
+    kinds = [e["kind"] for e in logs(home, "turn") if e.get("attempt") == 1]
+    assert "tool_result" in kinds, kinds  # the call it was in finished first
+    prompt2 = (home / "tasks" / by_name(home)["turn"]["id"] / "attempts" / "2" / "prompt.txt").read_text()
+    assert "Then write the summary." in prompt2
+
+
+def test_send_stops_an_agent_anyway_after_the_grace_and_says_so(home: Path, tmp_path: Path) -> None:
+    fleet(home, "config", "set", "followup_grace_s", "1")
+    go = tmp_path / "go"
+    prompt = f"@sim wait-file={go}\n@sim say=finished"
+    fleet(home, "add", prompt, "--name", "stuck", "--coder", "sim", "--cwd", str(tmp_path))
+    engine = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    try:
+        wait_for(
+            lambda: any(e["kind"] == "tool_call" for e in logs(home, "stuck")), timeout=60, what="tool call"
+        )
+        out = fleet(home, "send", "stuck", "Give up on that file.").stdout
+        assert "at most 1 s" in out, out
+        wait_for(
+            lambda: (a := attempt_record(home, "stuck", 1)) is not None and a.outcome == "killed",
+            timeout=60,
+            what="first attempt stopped",
+        )
+        go.write_text("")  # the second attempt (a fresh sim session) gets past the wait
+        wait_for(lambda: by_name(home)["stuck"]["status"] == "done", timeout=60, what="second attempt done")
+    finally:
+        engine.kill()
+        engine.wait(timeout=30)
+    detail = attempt_record(home, "stuck", 1).detail
+    assert detail == "follow-up: no turn boundary within 1 s (followup_grace_s); stopped anyway", detail
+
+
+def test_a_follow_up_waiting_for_a_turn_survives_its_engine(home: Path, tmp_path: Path) -> None:
+    # the engine that was asked to stop the agent at its next turn boundary dies (kill -9) before
+    # the boundary comes; the engine that adopts the agent keeps waiting for it, then delivers
+    go = tmp_path / "go"
+    prompt = f"@sim wait-file={go}\n@sim say=finished"
+    fleet(home, "add", prompt, "--name", "turn", "--coder", "sim", "--cwd", str(tmp_path))
+    first = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run1.log")
+    second = None
+    try:
+        wait_for(
+            lambda: any(e["kind"] == "tool_call" for e in logs(home, "turn")), timeout=60, what="tool call"
+        )
+        assert "stops at its next turn boundary" in fleet(home, "send", "turn", "Then summarise.").stdout
+        first.kill()
+        first.wait(timeout=30)
+        second = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run2.log")
+        go.write_text("")
+        wait_for(lambda: by_name(home)["turn"]["status"] == "done", timeout=60, what="second attempt done")
+    finally:
+        for p in (first, second):
+            if p is not None:
+                p.kill()
+                p.wait(timeout=30)
+    detail = attempt_record(home, "turn", 1).detail
+    assert detail.startswith("follow-up: stopped at a turn boundary"), detail
+    assert by_name(home)["turn"]["attempt"] == 2

@@ -6,10 +6,17 @@ a question asked in the first pane), so it runs in a real tmux server on a priva
 the shell coder standing in for an interactive CLI (its takeover opens the person's ``$SHELL``,
 here a script that records where it ran). The choices after the takeover are also driven with
 ``--then`` in the foreground, one by one. Every wait is on a condition, never a bare sleep.
+
+The real interactive ``claude`` is tested too, against the fake Anthropic API: the tmux server
+runs with the person's environment (a temporary HOME whose ``~/.claude.json`` says onboarding is
+done, the folder trusted and the API key approved, as after a person's first use), the takeover
+window shows Claude Code's UI resumed on the task's session, a typed message reaches the fake
+model with the headless run's conversation before it, and ``/exit`` brings the four choices.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -164,3 +171,82 @@ def test_takeover_then_requeue_continues_with_a_note(parked: Path, tmp_path: Pat
     assert t["status"] == "done" and t["attempt"] == 2, t
     prompt = (parked / "tasks" / t["id"] / "attempts" / "2" / "prompt.txt").read_text()
     assert "took this task over and worked on it interactively" in prompt
+
+
+# -- the real interactive claude -------------------------------------------------------------------
+
+
+def claude_user_for_takeover(home: Path, work: Path) -> None:
+    """``~/.claude.json`` as it is once a person has used Claude Code here: onboarding done, this
+    folder trusted, the API key from the environment approved (no dialog stands in the way)."""
+    state = {
+        "hasCompletedOnboarding": True,
+        "projects": {str(work.resolve()): {"hasTrustDialogAccepted": True}},
+        "customApiKeyResponses": {"approved": ["sk-ant-fake"[-20:]], "rejected": []},
+    }
+    (home / ".claude.json").write_text(json.dumps(state))
+
+
+@pytest.mark.realcli
+@pytest.mark.timeout(180)
+def test_takeover_opens_the_real_claude_on_the_tasks_session(tmp_path: Path, tmux_socket: str) -> None:
+    from tests.e2e.test_real_agents import Fleet, claude_env
+    from tests.fakeapi import Text, require_program
+    from tests.fakeapi.anthropic import serve_anthropic
+
+    require_program("claude")
+    fl = Fleet(tmp_path)
+    claude_user_for_takeover(fl.user_home, fl.work)
+    script_ = [Text("HEADLESS-FIRST-PASS"), Text("INTERACTIVE-REPLY")]
+    with serve_anthropic(script_) as (url, rec):
+        claude_env(fl, url)
+        fl.add("claude", "doc", "Write a module docstring", "--verify", "false", "--max-retries", "0")
+        fl.run_until_idle()
+        t = fl.task("doc")
+        assert t["status"] == "needs_human", (t, fl.stderr_of("doc"))
+        sid = next(e["session_id"] for e in fl.logs_json("doc") if e["kind"] == "session_started")
+        # the person's terminal: a tmux server started with their environment (HOME, API key, URL)
+        driver = script(
+            tmp_path / "takeover.sh", f"exec {sys.executable} -m fleet_tui --home {fl.home} takeover doc"
+        )
+        subprocess.run(
+            ["tmux", "-L", tmux_socket, "-f", "/dev/null", "new-session", "-d", "-s", "main",
+             "-x", "150", "-y", "40", "-c", str(fl.work), str(driver)],
+            env=fl.env, check=True, timeout=15,
+        )  # fmt: skip
+
+        def pane(target: str) -> str:
+            return tmux(tmux_socket, "capture-pane", "-p", "-t", target)
+
+        def window() -> str:
+            return tmux(tmux_socket, "list-windows", "-t", "main", "-F", "#{window_index} #{window_name}")
+
+        wait_for(lambda: "takeover:doc" in window(), timeout=60, what="the takeover window")
+        index = next(w.split()[0] for w in window().splitlines() if w.endswith("takeover:doc"))
+        target = f"main:{index}"
+        # Claude Code's own UI, resumed on the task's conversation (its first answer is shown)
+        wait_for(lambda: "Claude Code" in pane(target), timeout=60, what="the claude UI")
+        wait_for(lambda: "HEADLESS-FIRST-PASS" in pane(target), timeout=60, what="the resumed conversation")
+        cwd = tmux(tmux_socket, "display", "-p", "-t", target, "#{pane_current_path}").strip()
+        assert Path(cwd).resolve() == fl.work.resolve(), cwd
+        t = fl.task("doc")
+        assert t["status"] == "needs_human" and t["reason"].startswith("taken over by "), t
+        tmux(tmux_socket, "send-keys", "-t", target, "-l", "Please finish it by hand")
+        tmux(tmux_socket, "send-keys", "-t", target, "Enter")
+        wait_for(lambda: "INTERACTIVE-REPLY" in pane(target), timeout=60, what="the model's answer")
+        last = rec.model_requests()[-1]
+        texts = [json.dumps(m.get("content")) for m in last.body.get("messages", [])]
+        mine = [i for i, x in enumerate(texts) if "Please finish it by hand" in x]
+        first = [i for i, x in enumerate(texts) if "HEADLESS-FIRST-PASS" in x]
+        assert mine and first and first[0] < mine[0], texts  # the same conversation, continued
+        assert last.headers["x-claude-code-session-id"] == sid, (last.headers, sid)
+        tmux(tmux_socket, "send-keys", "-t", target, "-l", "/exit")
+        tmux(tmux_socket, "send-keys", "-t", target, "Enter")
+        wait_for(
+            lambda: "[v]erify now, [r]equeue, mark [d]one, or [l]eave parked?" in pane("main:0"),
+            timeout=60,
+            what="the four choices after claude exited",
+        )
+        tmux(tmux_socket, "send-keys", "-t", "main:0", "d", "Enter")
+        wait_for(lambda: fl.task("doc")["status"] == "done", timeout=30, what="marked done")
+    assert fl.task("doc")["reason"].startswith("approved_by:")

@@ -222,6 +222,10 @@ class BaseCoder:
 
     #: whether this CLI can continue a session recorded by an earlier attempt (see resume_argv)
     can_resume: ClassVar[bool] = False
+    #: how a follow-up (``fleet-tui send``) reaches the running agent: ``"turn"`` — it is stopped
+    #: at its next turn boundary (a tool result that closes every open call, or its final
+    #: result; humans/followup.py); ``"now"`` — it has no turns to wait for and is stopped at once
+    followup_stop: ClassVar[str] = "turn"
 
     def resume_argv(self, ctx: AttemptContext, session_id: str, previous: Path) -> list[str]:
         """The command line that continues ``session_id`` (recorded by the attempt whose

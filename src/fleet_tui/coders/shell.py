@@ -66,6 +66,8 @@ class ShellCoder(BaseCoder):
     name: ClassVar[str] = "shell"
     program: ClassVar[str | None] = None
     install_hint: ClassVar[str] = "built in: needs /bin/sh"
+    #: a plain command has no turns: a follow-up stops it at once
+    followup_stop: ClassVar[str] = "now"
 
     def argv(self, ctx: AttemptContext) -> list[str]:
         command = ctx.task.spec.command

@@ -31,6 +31,7 @@ from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
 from fleet_tui.scheduler.finish import cascade, finish_attempt, local_command
 from fleet_tui.scheduler.github import prwatch
+from fleet_tui.scheduler.humans.followup import adopted_watch
 from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
 from fleet_tui.scheduler.model import (
     EngineEvent,
@@ -470,6 +471,8 @@ class Engine(Controller):
         )
         if task.status == TaskStatus.PAUSED:
             runner.paused = True
+        if adopted:  # a follow-up its previous engine was waiting to deliver at a turn boundary
+            runner.watch = adopted_watch(self.store, self.cfg.followup_grace_s, tid, n, self.clock())
         running = Running(
             task,
             runner,

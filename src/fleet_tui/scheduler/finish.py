@@ -270,6 +270,10 @@ async def local_command(engine: Engine, verb: str, tid: str) -> CommandResult:
         new = await anyio.to_thread.run_sync(engine.store.get_task, tid)
         state = new.status.value if new else "gone"
         return CommandResult(r.done.is_set(), f"{name}: {verb} -> {state}", new)
+    if verb == "followup":  # stop at the agent's next turn boundary
+        from fleet_tui.scheduler.humans.followup import stop_at_turn
+
+        return await stop_at_turn(engine, r)
     if verb == "pause":
         if not r.runner.signal_agent(signal.SIGSTOP):
             return CommandResult(False, f"{name}: its agent is not running")

@@ -10,6 +10,15 @@ as the first (lifecycle) event of its log, including why a wanted continuation f
 
 Pending follow-ups live in the store's settings (``followup:<task id>``), so a message sent from
 any machine reaches the engine that claims the task next.
+
+A follow-up for a *running* agent does not cut it off mid-step: its engine watches the live event
+stream (``TurnStop``, called by the runner on every tick) and stops the agent at its next turn
+boundary — a tool result that closes every open tool call (the conversation is consistent: no
+call without its result), its final result, or a question it waits on — or, when none comes
+within ``followup_grace_s``, stops it anyway and says so in the attempt's record. No coder takes
+the message into the running session instead: Claude Code could read more user turns on stdin
+(``--input-format stream-json``), but every agent is launched with its prompt in a file and
+stdin closed, because it must outlive the engine that started it.
 """
 
 from __future__ import annotations
@@ -20,9 +29,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fleet_tui.coders.base import AttemptContext, CannotResume, Coder
+from fleet_tui.coders.base import AttemptContext, CannotResume, Coder, CoderNotFound, get_coder
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.model import Attempt, Task
+from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.policy.prompt import trim
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 from fleet_tui.scheduler.store.protocol import Store
@@ -203,13 +212,140 @@ def read_record(adir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# -- a follow-up for a running agent: stop it at a turn boundary ----------------------------------
+
+#: the stop reason a follow-up uses: the task goes back to the queue, its WIP kept (policy/outcome)
+STOP_REASON = "retry_by_user"
+
+
+def open_calls(events: list[Event]) -> dict[str, str]:
+    """The tool calls in ``events`` that have no result yet: tool id -> tool name."""
+    calls: dict[str, str] = {}
+    for e in events:
+        if e.kind == "tool_call" and e.tool_id:
+            calls[e.tool_id] = e.tool or ""
+        elif e.kind == "tool_result" and e.tool_id:
+            calls.pop(e.tool_id, None)
+    return calls
+
+
+class TurnStop:
+    """Watches a running agent's normalized events (``AttemptRunner.watch``) and stops it at its
+    next turn boundary, or once ``grace_s`` has passed without one (saying so)."""
+
+    def __init__(self, deadline: float, grace_s: float, calls: dict[str, str]) -> None:
+        self.deadline = deadline
+        self.grace_s = grace_s
+        self.calls = dict(calls)  # open tool calls: id -> name (a result may not repeat the name)
+
+    def boundary(self, e: Event) -> str | None:
+        """What makes ``e`` a turn boundary (None: it is not one)."""
+        if e.kind == "tool_call" and e.tool_id:
+            self.calls[e.tool_id] = e.tool or ""
+        elif e.kind == "tool_result":
+            name = e.tool or self.calls.get(e.tool_id or "") or "a tool call"
+            self.calls.pop(e.tool_id or "", None)
+            if not self.calls:
+                return f"after the result of {name}"
+        elif e.kind == "result":
+            return "at its final result"
+        return None
+
+    def __call__(self, runner: Any, events: list[Event], now: float) -> None:
+        if runner.stop_reason is not None:
+            return
+        for e in events:
+            why = self.boundary(e)
+            if why:
+                runner.stop(STOP_REASON, f"follow-up: stopped at a turn boundary ({why})")
+                return
+        if runner.open_questions:
+            runner.stop(STOP_REASON, "follow-up: stopped while it waited for a person's answer")
+        elif now >= self.deadline:
+            runner.stop(
+                STOP_REASON,
+                f"follow-up: no turn boundary within {self.grace_s:g} s (followup_grace_s); stopped anyway",
+            )
+
+
+def adopted_watch(store: Store, grace_s: float, task_id: str, attempt: int, now: float) -> TurnStop | None:
+    """For an agent an engine adopts: the watch its previous engine held when a follow-up was
+    waiting for the agent's next turn boundary (pending follow-ups are cleared at each launch, so
+    one pending for a running attempt was sent during it); None when there is none."""
+    if not pending(store, task_id):
+        return None
+    return TurnStop(now + grace_s, grace_s, open_calls(store.events(task_id, attempt)))
+
+
+async def stop_at_turn(engine: Any, r: Any) -> CommandResult:
+    """The engine side of a follow-up for an agent it runs (``r``: its Running): stop it now when
+    there is nothing to wait for, else watch for its next turn boundary and return at once."""
+    import anyio
+
+    name = r.task.name
+    runner = r.runner
+    if getattr(runner, "watch", None) is not None or runner.stop_reason is not None:
+        return CommandResult(True, f"{name}: already stopping; the follow-up waits for it", r.task)
+    try:
+        mode = get_coder(r.coder).followup_stop  # type: ignore[attr-defined]
+    except (CoderNotFound, AttributeError):
+        mode = "turn"
+    now_why = None
+    if mode == "now":
+        now_why = f"follow-up: the {r.coder} coder has no turns to wait for"
+    elif r.verifying or runner.finished:
+        now_why = "follow-up: the agent had finished its turn"
+    elif runner.paused:
+        now_why = "follow-up: the agent was paused"
+    elif runner.open_questions:
+        now_why = "follow-up: stopped while it waited for a person's answer"
+    if now_why is None:
+        grace = float(getattr(engine.cfg, "followup_grace_s", 60.0))
+        seen = await anyio.to_thread.run_sync(lambda: engine.store.events(r.task.id, r.task.attempt))
+        runner.watch = TurnStop(engine.clock() + grace, grace, open_calls(seen))
+        return CommandResult(
+            True,
+            f"{name}: follow-up queued; the agent stops at its next turn boundary "
+            f"(at most {grace:g} s), then continues with it",
+            r.task,
+        )
+    runner.stop(STOP_REASON, now_why)
+    with anyio.move_on_after(engine.cfg.kill_grace_s + 10):
+        await r.done.wait()
+    new = await anyio.to_thread.run_sync(engine.store.get_task, r.task.id)
+    return CommandResult(r.done.is_set(), f"{name}: agent stopped; follow-up queued", new)
+
+
+def _running(task: Task) -> bool:
+    return task.status in ACTIVE or (task.status == TaskStatus.PAUSED and bool(task.paused_running))
+
+
+async def _stop_running(ctl: Any, task: Task) -> CommandResult:
+    """Ask the engine running ``task`` to stop it at a turn boundary; when that engine is gone
+    (or too old to know the verb), stop it at once the way ``retry`` does."""
+    runners = getattr(ctl, "runners", None)
+    res: CommandResult | None
+    if isinstance(runners, dict) and task.id in runners:
+        from fleet_tui.scheduler.finish import local_command
+
+        res = await local_command(ctl, "followup", task.id)
+    else:
+        res = await ctl._remote(task, "followup")
+    if res is None or (not res.ok and "unknown command" in res.message):
+        res = await ctl.retry(task.id)
+        if res.ok:
+            res = CommandResult(True, f"{task.name}: agent stopped; follow-up queued", res.task)
+    return res
+
+
 # -- fleet-tui send -------------------------------------------------------------------------------
 
 
 async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandResult:
     """Queue ``text`` as the next turn of the task's conversation and open that attempt: a done,
-    parked or paused task goes back to the queue; a running one is stopped first (its engine
-    does it, WIP kept) and requeued; a queued one takes the message at its next start."""
+    parked or paused task goes back to the queue; a running one is stopped at its next turn
+    boundary first (by its engine, WIP kept) and requeued; a queued one takes the message at its
+    next start."""
     import anyio
 
     if not text.strip():
@@ -225,12 +361,18 @@ async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandR
     await anyio.to_thread.run_sync(add_pending, store, task.id, text, who, now)
     if task.status == TaskStatus.QUEUED:
         return CommandResult(True, f"{task.name}: follow-up queued for its next attempt", task)
-    if task.status in ACTIVE or (task.status == TaskStatus.PAUSED and task.paused_running):
-        res: CommandResult = await ctl.retry(ref)  # stops the agent cleanly and requeues
-        if not res.ok:
+    if _running(task):
+        res = await _stop_running(ctl, task)
+        if res.ok:
+            publish = getattr(ctl, "publish_task", None)
+            if publish is not None and res.task is not None:
+                publish(res.task)
+            return res
+        fresh = await ctl._get(task.id)
+        if isinstance(fresh, CommandResult) or _running(fresh):
             await anyio.to_thread.run_sync(clear_pending, store, task.id)
             return res
-        return CommandResult(True, f"{task.name}: agent stopped; follow-up queued", res.task)
+        task = fresh  # its agent ended meanwhile: it takes the follow-up as a finished task does
     res = await ctl._direct(
         task,
         TaskStatus.QUEUED,

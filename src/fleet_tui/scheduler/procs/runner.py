@@ -300,6 +300,9 @@ class AttemptRunner:
         self.open_questions: set[str] = set()  # ask_human tool calls without a result yet
         self.asked = False
         self.finished = False  # the agent wrote its final result: no handoff, it is done working
+        #: sees each tick's new events while the agent runs (a follow-up waiting for the agent's
+        #: next turn boundary: humans/followup.py TurnStop)
+        self.watch: Callable[[AttemptRunner, list[Event], float], None] | None = None
 
     # -- control ------------------------------------------------------------------------------
     def stop(self, reason: str, detail: str | None = None) -> None:
@@ -509,6 +512,8 @@ class AttemptRunner:
             while True:
                 alive = self.shim_alive()
                 events = self.poll_output(final=not alive)
+                if self.watch is not None:
+                    self.watch(self, events, self.clock())
                 ended = not alive and not self.more
                 if events or ended:
                     await self.sink(events, self.offset)
