@@ -56,6 +56,7 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
                 "scheduler.finish",
                 "scheduler.control",
                 "scheduler.view",
+                "scheduler.humans.followup",
                 "notify",
                 "notify.watcher",
             }

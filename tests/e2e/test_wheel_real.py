@@ -158,7 +158,11 @@ def test_claude_send_to_a_running_agent_stops_it_after_its_tool_call(fl: Fleet, 
     require_program("claude")
     go = tmp_path / "go"
     wait = f"while [ ! -e {go} ]; do sleep 0.1; done; echo WAITED-FOR-GO"
-    script = [ToolCall("Bash", {"command": wait}, text="Waiting."), Text("Done."), Text("Done.")]
+    script: list[Text | ToolCall] = [
+        ToolCall("Bash", {"command": wait}, text="Waiting."),
+        Text("Done."),
+        Text("Done."),
+    ]
     with serve_anthropic(script) as (url, rec):
         claude_env(fl, url)
         fl.add("claude", "busy", "Wait for the go file")
@@ -186,9 +190,11 @@ def test_claude_send_to_a_running_agent_stops_it_after_its_tool_call(fl: Fleet, 
     assert continue_record(fl, "busy", 2)["turn"] == "followup"
     store = open_store(None, str(fl.home))
     try:
-        detail = store.get_attempt(t["id"], 1).detail
+        first_attempt = store.get_attempt(t["id"], 1)
     finally:
         store.close()
+    assert first_attempt is not None
+    detail = first_attempt.detail
     assert detail == "follow-up: stopped at a turn boundary (after the result of Bash)", detail
 
 
