@@ -33,7 +33,7 @@ UI_LIBRARIES = frozenset({"textual", "rich"})
 # the cockpit, and the programs that start it (launcher.py is the one module that puts the engine
 # and the Textual app together; the CLI calls it); everything else in the package is engine side
 UI_PACKAGES = ("app", "screens")
-UI_ENTRY_POINTS = ("launcher", "cli", "__main__", "wheel_cli")
+UI_ENTRY_POINTS = ("launcher", "cli", "cli_context", "__main__", "wheel_cli")
 
 SQL_DRIVERS = frozenset({"sqlite3", "psycopg", "psycopg2", "psycopg_pool", "asyncpg"})
 SQL_HOME = "scheduler.store"
@@ -72,12 +72,6 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
                 "scheduler.store.postgres_store",
             }
         ),
-        # worktree.py calls merge_branch lazily; merge.py uses worktree's helpers
-        frozenset({"scheduler.git.merge", "scheduler.git.worktree"}),
-        # pullrequest.py calls prwatch.say lazily; prwatch reads pullrequest's links
-        frozenset({"scheduler.github.prwatch", "scheduler.github.pullrequest"}),
-        # the wheel's subcommands borrow helpers from cli.py, which registers them
-        frozenset({"cli", "wheel_cli"}),
         # the command palette names FleetApp under TYPE_CHECKING; the app installs the palette
         frozenset({"app.app", "app.commands"}),
     }

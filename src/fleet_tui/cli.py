@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import secrets
 import sys
@@ -20,6 +19,13 @@ from typing import Any
 import anyio
 
 from fleet_tui import __version__, wheel_cli
+from fleet_tui.cli_context import (
+    Ctx,
+    UserError,
+    coder_tools,
+    controller,
+    task_or_fail,
+)
 from fleet_tui.report import (
     elapsed,
     event_json,
@@ -32,149 +38,10 @@ from fleet_tui.report import (
 )
 from fleet_tui.scheduler.humans.inbox import sanitize_for_display as clean
 
-#: commands that only look: they work (with a warning) while config.toml is broken
-LENIENT_CONFIG_COMMANDS = frozenset(
-    {"status", "plan", "hosts", "logs", "questions", "doctor", "validate", "example"}
-)
-
-
-class UserError(Exception):
-    """A problem the user can fix; printed without a traceback, exit 1."""
-
-
-def resolve_home(arg: str | None) -> Path:
-    if arg:
-        return Path(arg).expanduser().resolve()
-    env = os.environ.get("FLEET_HOME")
-    if env:
-        return Path(env).expanduser().resolve()
-    from platformdirs import user_state_dir
-
-    return Path(user_state_dir("fleet-tui"))
-
-
-#: commands that only read the store: they open it without a write lock and write nothing
-READONLY_COMMANDS = ("status", "logs", "questions", "plan", "hosts")
-
-
-class Ctx:
-    """Home, config and store, opened lazily."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.home = resolve_home(getattr(args, "home", None))
-        self._store: Any = None
-        self._cfg: Any = None
-        self._home_ready = False
-
-    @property
-    def config_path(self) -> Path:
-        return self.home / "config.toml"
-
-    def ready_home(self) -> None:
-        """Create the home (private: 0700) when missing, and refuse one another user can write."""
-        if self._home_ready:
-            return
-        from fleet_tui.trust import TrustError, check_trusted
-
-        try:
-            if not self.home.is_dir():
-                self.home.mkdir(parents=True, mode=0o700)
-            check_trusted(self.home, "the fleet home")
-            st = self.home.stat()
-            if st.st_uid == os.geteuid() and st.st_mode & 0o077 and (self.home / "fleet.db").exists():
-                try:  # a home made by an older fleet-tui: its prompts and outputs are private now
-                    self.home.chmod(0o700)
-                except OSError:
-                    pass
-        except TrustError as e:
-            raise UserError(str(e)) from e
-        except OSError as e:
-            raise UserError(
-                f"cannot use the fleet home {self.home}: {e.strerror or e}: pick another with --home"
-            ) from e
-        self._home_ready = True
-
-    @property
-    def cfg(self) -> Any:
-        if self._cfg is None:
-            from fleet_tui.config import ConfigError, load_config, load_config_lenient
-
-            self.ready_home()
-            try:
-                self._cfg = load_config(self.config_path)
-            except ConfigError as e:
-                if not self.read_only:
-                    raise UserError(
-                        f"{e}\nfix the config first (`fleet-tui config set KEY VALUE` or an editor)"
-                    ) from e
-                # looking must keep working while the file is broken: say so, use what is valid
-                try:
-                    self._cfg, _ = load_config_lenient(self.config_path)
-                except ConfigError as refused:  # untrusted or unreadable: never used
-                    raise UserError(str(refused)) from refused
-                print(
-                    f"fleet-tui: warning: the config is broken; its valid keys are used, defaults "
-                    f"for the rest:\n{e}\nfix: `fleet-tui config set KEY VALUE` or edit {self.config_path}",
-                    file=sys.stderr,
-                )
-        return self._cfg
-
-    @property
-    def read_only(self) -> bool:
-        """Commands that only look: they work (with a warning) while config.toml is broken."""
-        cmd = getattr(self.args, "cmd", None)
-        if cmd == "config":
-            return getattr(self.args, "action", None) == "get"
-        return cmd in LENIENT_CONFIG_COMMANDS
-
-    @property
-    def store(self) -> Any:
-        if self._store is None:
-            from fleet_tui.scheduler.store.protocol import StoreError, open_store, sqlite_path
-            from fleet_tui.trust import TrustError, check_trusted
-
-            url = getattr(self.args, "store", None) or os.environ.get("FLEET_STORE") or self.cfg.store
-            try:
-                if not url or url.startswith("sqlite:"):  # its tasks run as this user: trust it
-                    check_trusted(Path(sqlite_path(url)) if url else self.home / "fleet.db", "the store")
-                self._store = open_store(
-                    url, str(self.home), readonly=getattr(self.args, "cmd", None) in READONLY_COMMANDS
-                )
-            except (StoreError, TrustError) as e:
-                raise UserError(str(e)) from e
-            except OSError as e:
-                raise UserError(f"cannot use the fleet home {self.home}: {e}") from e
-        return self._store
-
-
-def _coder_tools() -> tuple[list[str], Any]:
-    from fleet_tui.coders.base import coder_names, get_coder
-
-    names = coder_names()
-
-    def available(name: str) -> tuple[bool, str]:
-        try:
-            return get_coder(name).available()
-        except Exception as e:
-            return False, str(e)
-
-    return names, available
-
 
 def _slug(text: str) -> str:
     words = re.findall(r"[a-z0-9]+", text.lower())[:4]
     return ("-".join(words) or "task")[:40] + "-" + secrets.token_hex(2)
-
-
-def _controller(ctx: Ctx) -> Any:
-    from fleet_tui.scheduler.control import ControlConfig, Controller
-
-    return Controller(
-        ctx.store,
-        actor="cli",
-        cfg=ControlConfig(heartbeat_s=ctx.cfg.heartbeat_s, command_timeout_s=ctx.cfg.kill_grace_s + 25),
-    )
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -202,7 +69,7 @@ def cmd_add(ctx: Ctx) -> int:
         source="fleet-tui add",
         notify_done=a.notify_done,
     )
-    names, available = _coder_tools()
+    names, available = coder_tools()
     problems = validate_spec(
         spec,
         known_coders=names,
@@ -212,7 +79,7 @@ def cmd_add(ctx: Ctx) -> int:
     )
     if problems:
         raise UserError("cannot add the task:\n" + "\n".join(f"  {p}" for p in problems))
-    res = anyio.run(_controller(ctx).add, [spec])
+    res = anyio.run(controller(ctx).add, [spec])
     if not res.ok:
         raise UserError(res.message)
     print(res.task.id)
@@ -265,7 +132,7 @@ def cmd_import(ctx: Ctx) -> int:
     store = ctx.store
     planned = ghimport.plan(a.repo, issues, template, [t.spec for t in store.list_tasks()])
     specs = [p.spec for p in planned if p.spec is not None]
-    names, available = _coder_tools()
+    names, available = coder_tools()
     taken = _name_statuses(ctx)
     for spec in specs:
         if problems := validate_spec(
@@ -291,7 +158,7 @@ def _load(ctx: Ctx, path: str) -> Any:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{path}: {'not a regular file' if p.exists() else 'no such file'}")
-    names, available = _coder_tools()
+    names, available = coder_tools()
     existing = _name_statuses(ctx) if ctx.args.cmd == "load" else {}
     return load_taskfile(
         p,
@@ -322,7 +189,7 @@ def cmd_load(ctx: Ctx) -> int:
             print(clean(str(e)), file=sys.stderr)
         print(f"{len(res.errors)} problem(s); nothing queued", file=sys.stderr)
         return 1
-    out = anyio.run(_controller(ctx).add, list(res.specs))
+    out = anyio.run(controller(ctx).add, list(res.specs))
     if not out.ok:
         raise UserError(out.message)
     print(clean(out.message))
@@ -431,15 +298,6 @@ def cmd_status(ctx: Ctx) -> int:
     return 0
 
 
-def _task_or_fail(ctx: Ctx, ref: str) -> Any:
-    t = ctx.store.get_task(ref)
-    if t is None:
-        from fleet_tui.scheduler.control import no_task_message
-
-        raise UserError(no_task_message(ref, ctx.store.task_names()))
-    return t
-
-
 #: events read per page by ``logs``: all are shown, this many at a time (bounded memory)
 LOGS_PAGE = 1000
 
@@ -466,7 +324,7 @@ def _write_raw(path: Path, tty: bool) -> None:
 
 
 def cmd_logs(ctx: Ctx) -> int:
-    t = _task_or_fail(ctx, ctx.args.task)
+    t = task_or_fail(ctx, ctx.args.task)
     store = ctx.store
     if ctx.args.raw:
         from fleet_tui.scheduler.launch import attempt_dir
@@ -504,7 +362,7 @@ def cmd_simple(ctx: Ctx) -> int:
         ref = None
     elif ref is None:
         raise UserError(f"{verb}: give a TASK (or --all for pause/resume)")
-    c = _controller(ctx)
+    c = controller(ctx)
     if verb == "merge":
         from fleet_tui.scheduler.engine import Engine
         from fleet_tui.scheduler.launch import merge_task
@@ -524,7 +382,7 @@ def cmd_archive(ctx: Ctx) -> int:
     """Keep finished tasks out of status and the cockpit; their records stay (``status --all``)."""
     from fleet_tui.scheduler.control import archive
 
-    found = [_task_or_fail(ctx, ref) for ref in ctx.args.tasks]
+    found = [task_or_fail(ctx, ref) for ref in ctx.args.tasks]
     busy = [t for t in found if t.status.value not in ("done", "cancelled")]
     if busy:
         raise UserError(
@@ -583,7 +441,7 @@ def cmd_answer(ctx: Ctx) -> int:
             f"answer refused: {why_inside}; only a person answers questions "
             "(from a shell of their own or the cockpit's inbox)"
         )
-    res = anyio.run(_controller(ctx).answer, ctx.args.question, ctx.args.text)
+    res = anyio.run(controller(ctx).answer, ctx.args.question, ctx.args.text)
     if not res.ok:
         raise UserError(res.message)
     print(clean(res.message))

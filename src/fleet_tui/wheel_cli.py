@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from fleet_tui.cli_context import UserError, coder_tools, controller, task_or_fail
 from fleet_tui.scheduler.humans.inbox import sanitize_for_display as clean
 
 
@@ -47,18 +48,16 @@ def register(sub: Any) -> dict[str, Any]:
 
 
 def _fail(message: str) -> Exception:
-    from fleet_tui.cli import UserError
 
     return UserError(message)
 
 
 def cmd_send(ctx: Any) -> int:
-    from fleet_tui.cli import _controller
     from fleet_tui.scheduler.humans import followup
 
     args: argparse.Namespace = ctx.args
     text = sys.stdin.read() if args.message == "-" else args.message
-    res = anyio.run(followup.send, _controller(ctx), args.task, text)
+    res = anyio.run(followup.send, controller(ctx), args.task, text)
     if not res.ok:
         raise _fail(res.message)
     print(clean(res.message))
@@ -66,10 +65,9 @@ def cmd_send(ctx: Any) -> int:
 
 
 def cmd_approve(ctx: Any) -> int:
-    from fleet_tui.cli import _controller
     from fleet_tui.scheduler.humans import followup, settle
 
-    res = anyio.run(settle.approve, _controller(ctx), ctx.args.task, followup.user_name())
+    res = anyio.run(settle.approve, controller(ctx), ctx.args.task, followup.user_name())
     if not res.ok:
         raise _fail(res.message)
     if res.task is not None:  # what its worktree holds goes to the branch; auto-merge if asked
@@ -90,12 +88,11 @@ EDIT_HEADER = (
 def cmd_edit(ctx: Any) -> int:
     import tomlkit
 
-    from fleet_tui.cli import _coder_tools, _task_or_fail
     from fleet_tui.scheduler.humans import settle
     from fleet_tui.scheduler.states import TaskStatus
     from fleet_tui.taskfile import load_taskfile, spec_table
 
-    t = _task_or_fail(ctx, ctx.args.task)
+    t = task_or_fail(ctx, ctx.args.task)
     if t.status != TaskStatus.QUEUED:
         raise _fail(
             f"{t.name} is {t.status.value}: only a queued task can be edited "
@@ -115,7 +112,7 @@ def cmd_edit(ctx: Any) -> int:
     if path.read_text(encoding="utf-8") == before:
         print(f"{t.name}: unchanged")
         return 0
-    names, available = _coder_tools()
+    names, available = coder_tools()
     others = ctx.store.task_names() - {t.name}
     res = load_taskfile(path, known_coders=names, existing_names=others, coder_available=available)
     if not res.ok or len(res.specs) != 1:
@@ -152,7 +149,6 @@ def _ask(name: str) -> str:
 
 
 def cmd_takeover(ctx: Any) -> int:
-    from fleet_tui.cli import _controller
     from fleet_tui.scheduler.engine import Engine
     from fleet_tui.scheduler.humans import followup, takeover
     from fleet_tui.scheduler.launch import after_done
@@ -160,7 +156,7 @@ def cmd_takeover(ctx: Any) -> int:
     from fleet_tui.scheduler.sandbox.policy import verifier_wrap
 
     by = followup.user_name()
-    ctl = _controller(ctx)
+    ctl = controller(ctx)
     res = anyio.run(takeover.begin, ctl, ctx.args.task, by)
     if not res.ok or res.task is None:
         raise _fail(res.message)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleet_tui.scheduler.git import worktree as wt
+from fleet_tui.scheduler.git.merge import merge_branch
 from fleet_tui.scheduler.git.worktree import WorktreeInfo
 
 pytestmark = pytest.mark.timeout(120)
@@ -122,7 +123,7 @@ def test_fleet_home_inside_repo_leaves_status_empty(repo: Path) -> None:
     edit_and_commit(a, "a.txt", "from ta\n")
     (a.path / "new.txt").write_text("untracked in worktree\n")
     assert wt.wip_commit(a.path, "wip") is not None
-    assert wt.merge(a, message="merge ta").ok
+    assert merge_branch(a, message="merge ta").ok
     assert wt.remove_worktree(a)
     assert git(repo, "status", "--porcelain") == ""
     assert "/.fleet/worktrees/" in (repo / ".git" / "info" / "exclude").read_text()
@@ -326,8 +327,8 @@ def test_merge_two_then_conflict_user_checkout_untouched(repo: Path, root: Path)
     (repo / "notes.txt").write_text("user untracked\n")
     before = snapshot(repo)
 
-    r1 = wt.merge(t1, message="merge t1")
-    r2 = wt.merge(t2, message="merge t2")
+    r1 = merge_branch(t1, message="merge t1")
+    r2 = merge_branch(t2, message="merge t2")
     assert r1.ok and r2.ok, (r1, r2)
     assert git(repo, "rev-parse", "main") == r2.commit
     assert git(repo, "show", "main:a.txt") == "a from t1"
@@ -335,14 +336,14 @@ def test_merge_two_then_conflict_user_checkout_untouched(repo: Path, root: Path)
     assert git(repo, "log", "-1", "--format=%s", "main") == "merge t2"
     assert git(repo, "merge-base", "--is-ancestor", base, "main") == ""
 
-    r3 = wt.merge(t3, message="merge t3")
+    r3 = merge_branch(t3, message="merge t3")
     assert not r3.ok and r3.conflicts == ("a.txt",) and "a.txt" in r3.message
     assert git(repo, "rev-parse", "main") == r2.commit
     assert snapshot(repo) == before
     assert [p for p in worktree_paths(repo) if ".merge-" in p] == []
     assert sorted(p.name for p in root.iterdir()) == ["t1", "t2", "t3"]
     assert wt.preflight(t3).ok  # the task's own worktree is untouched by the failed merge
-    again = wt.merge(t1, message="merge t1 again")
+    again = merge_branch(t1, message="merge t1 again")
     assert again.ok and again.commit == r2.commit and "already merged" in again.message
 
 
@@ -350,7 +351,7 @@ def test_merge_into_clean_checked_out_base_updates_its_files(repo: Path, root: P
     t1 = wt.create_worktree(repo, root, "t1", "main")
     edit_and_commit(t1, "a.txt", "a from t1\n")
     (repo / "scratch.txt").write_text("user untracked survives\n")
-    res = wt.merge(t1, message="merge t1")
+    res = merge_branch(t1, message="merge t1")
     assert res.ok, res
     assert git(repo, "symbolic-ref", "HEAD") == "refs/heads/main"
     assert git(repo, "rev-parse", "HEAD") == res.commit
@@ -363,7 +364,7 @@ def test_dirty_base_checkout_refused(repo: Path, root: Path) -> None:
     edit_and_commit(t1, "b.txt", "b from t1\n")
     (repo / "a.txt").write_text("user's uncommitted edit\n")
     before = snapshot(repo)
-    res = wt.merge(t1, message="merge t1")
+    res = merge_branch(t1, message="merge t1")
     assert not res.ok and "base checkout is dirty: commit or stash first" in res.message
     assert snapshot(repo) == before
     assert [p for p in worktree_paths(repo) if ".merge-" in p] == []
@@ -374,7 +375,7 @@ def test_merge_refuses_tag_or_sha_base(repo: Path, root: Path) -> None:
     for ref in ("v1", git(repo, "rev-parse", "HEAD")):
         info = wt.create_worktree(repo, root, f"t-{ref[:6]}", ref)
         edit_and_commit(info, "a.txt", "x\n")
-        res = wt.merge(info, message="m")
+        res = merge_branch(info, message="m")
         assert not res.ok and "is not a local branch" in res.message
 
 
@@ -383,7 +384,7 @@ def test_untracked_file_in_base_checkout_blocks_update_cleanly(repo: Path, root:
     edit_and_commit(t1, "new.txt", "from branch\n")
     (repo / "new.txt").write_text("user's own untracked file\n")
     before = snapshot(repo)
-    res = wt.merge(t1, message="merge t1")
+    res = merge_branch(t1, message="merge t1")
     assert not res.ok and "could not update the base checkout" in res.message
     assert snapshot(repo) == before
 
@@ -439,7 +440,7 @@ def test_merge_refuses_base_being_rebased(repo: Path, root: Path) -> None:
     main_sha = git(repo, "rev-parse", "main")
     rebase = subprocess.run(["git", "-C", str(repo), "rebase", "side"], capture_output=True, text=True)
     assert rebase.returncode != 0  # stopped on the conflict, main is mid-rebase
-    res = wt.merge(t1, message="merge t1")
+    res = merge_branch(t1, message="merge t1")
     assert not res.ok and "being rebased" in res.message
     assert git(repo, "rev-parse", "main") == main_sha
 

@@ -22,6 +22,7 @@ import anyio
 from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.git import worktree as wt
+from fleet_tui.scheduler.git.merge import merge_branch
 from fleet_tui.scheduler.humans import followup
 from fleet_tui.scheduler.humans.mcp_ask_human import server_launch
 from fleet_tui.scheduler.model import Attempt, Event, Task
@@ -512,7 +513,7 @@ def _merge_sync(engine: Engine, task: Task, info: wt.WorktreeInfo) -> CommandRes
             wt.wip_commit(info.path, f"fleet-tui: work of {task.name}")
     except wt.WorktreeError as e:
         return CommandResult(False, f"{task.name}: cannot commit the worktree's leftovers: {e}", task)
-    res = wt.merge(info, message=f"Merge {info.branch} (fleet-tui task {task.name})")
+    res = merge_branch(info, message=f"Merge {info.branch} (fleet-tui task {task.name})")
     now = engine.clock()
     if not res.ok:
         if res.conflicts:

@@ -569,10 +569,3 @@ def sweep(root: Path, keep: Callable[[str], bool], *, stale_merge_s: float = 360
             continue  # pruned above, or the repository is gone: nothing to keep true
         _wt(repo, "prune", check=False)
     return SweepReport(tuple(removed), tuple(kept_dirty), tuple(skipped), tuple(errors))
-
-
-def merge(info: WorktreeInfo, *, message: str, attempts: int = 3) -> MergeResult:
-    """Merge the task's branch into its base without touching the user's checkout (merge.py)."""
-    from fleet_tui.scheduler.git.merge import merge_branch
-
-    return merge_branch(info, message=message, attempts=attempts)

@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from fleet_tui.scheduler.github.api import GitHub, GitHubError, RateLimited
-from fleet_tui.scheduler.github.pullrequest import get_link, is_linked, put_link
+from fleet_tui.scheduler.github.pullrequest import get_link, is_linked, put_link, say
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import TaskStatus
 
@@ -33,15 +33,6 @@ from fleet_tui.scheduler.states import TaskStatus
 COMMENT_TICK_S = 5.0
 #: how long calls wait after a rate-limit error whose reset time is unknown
 RATE_LIMIT_PAUSE_S = 900.0
-
-
-def say(gh: GitHub, store: Any, task_id: str, link: dict[str, Any], key: str, text: str) -> None:
-    """Comment on the task's issue once per ``key`` (start, park:<attempt>, pr)."""
-    said = list(link.get("said") or [])
-    if key in said or not link.get("issue") or not link.get("repo"):
-        return
-    gh.comment(str(link["repo"]), int(link["issue"]), text)
-    link.update(put_link(store, task_id, {"said": [key]}))
 
 
 def _comments_due(task: Task, link: dict[str, Any]) -> list[tuple[str, str]]:

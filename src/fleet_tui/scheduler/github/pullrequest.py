@@ -254,7 +254,14 @@ def publish(engine: Any, task: Task, info: wt.WorktreeInfo, gh: GitHub | None = 
         actor=engine.actor,
     )
     if link.get("comment") and link.get("issue") and not updated:
-        from fleet_tui.scheduler.github.prwatch import say
-
         say(gh, store, task.id, link, "pr", f"fleet-tui opened pull request #{pr.number} for this issue.")
     return CommandResult(True, f"{task.name}: pull request #{pr.number} {verb}: {pr.url}", new or task)
+
+
+def say(gh: GitHub, store: Any, task_id: str, link: dict[str, Any], key: str, text: str) -> None:
+    """Comment on the task's issue once per ``key`` (start, park:<attempt>, pr)."""
+    said = list(link.get("said") or [])
+    if key in said or not link.get("issue") or not link.get("repo"):
+        return
+    gh.comment(str(link["repo"]), int(link["issue"]), text)
+    link.update(put_link(store, task_id, {"said": [key]}))
