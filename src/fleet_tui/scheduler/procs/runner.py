@@ -11,7 +11,6 @@ budget and a lost claim each stop the agent with a stated reason.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -28,7 +27,13 @@ import anyio
 from fleet_tui.coders.base import Coder, Normalizer
 from fleet_tui.scheduler.model import Event, Outcome
 from fleet_tui.scheduler.private import user_umask
+from fleet_tui.scheduler.procs import attemptdir, proctree
 from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs.attemptdir import ExitReason
+
+# re-exported for the modules that import them from here; their home is attemptdir
+from fleet_tui.scheduler.procs.attemptdir import read_json as read_json
+from fleet_tui.scheduler.procs.attemptdir import write_lease as write_lease
 
 SHIM_PATH = str(Path(shimmod.__file__).resolve())
 #: the shim runs as an imported module (its bytecode is cached; a script is compiled every time)
@@ -54,7 +59,7 @@ class RunLimits:
 @dataclass(frozen=True)
 class AttemptResult:
     exit_code: int | None
-    exit_reason: str  # exited | stopped | lease_expired | spawn_failed | crashed
+    exit_reason: ExitReason
     outcome: Outcome  # the coder's classification
     stop_reason: str | None  # why fleet-tui stopped it (killed_by_user, stalled, timeout, ...)
     stop_detail: str | None
@@ -74,7 +79,7 @@ def shim_args(
         "--grace",
         str(grace_s),
         "--lease-file",
-        str(attempt_dir / "lease"),
+        str(attempt_dir / attemptdir.LEASE),
     ]
     if stdin_file is not None:
         args += ["--stdin-file", str(stdin_file)]
@@ -143,7 +148,7 @@ def spawn_shim(
     attempt_dir.mkdir(parents=True, exist_ok=True)
     stdin_file = None
     if stdin_bytes is not None:
-        stdin_file = attempt_dir / "stdin.txt"
+        stdin_file = attempt_dir / attemptdir.STDIN
         stdin_file.write_bytes(stdin_bytes)
     write_lease(attempt_dir, lease_deadline)
     args = shim_args(attempt_dir, workdir, argv, stdin_file, grace_s, nice)
@@ -157,7 +162,7 @@ def spawn_shim(
             return warm
         except OSError:
             warm.kill()
-    log = open(attempt_dir / "shim.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(attempt_dir / attemptdir.SHIM_LOG, "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", SHIM_BOOT, *args],
@@ -173,30 +178,6 @@ def spawn_shim(
         log.close()
         if pool is not None:
             pool.fill()
-
-
-def write_lease(attempt_dir: Path, deadline: float) -> None:
-    """Renew an attempt's lease file (atomically); on a full disk, in place (no new blocks)."""
-    text = f"{deadline:.3f}\n"
-    tmp = attempt_dir / "lease.tmp"
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, attempt_dir / "lease")
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        fd = os.open(attempt_dir / "lease", os.O_WRONLY)  # raises when there is none yet
-        try:
-            os.pwrite(fd, text.encode(), 0)
-        finally:
-            os.close(fd)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 class LineSplitter:
@@ -312,18 +293,18 @@ class AttemptRunner:
         self._stop_sent = True
         if self.paused:
             self.signal_agent(signal.SIGCONT)
-        if self.shim_pid is not None and shimmod.alive(self.shim_pid, self.shim_ticks):
+        if self.shim_pid is not None and proctree.alive(self.shim_pid, self.shim_ticks):
             try:
                 os.kill(self.shim_pid, signal.SIGTERM)
             except OSError:
                 pass
 
     def agent_pid(self) -> int | None:
-        info = read_json(self.dir / "shim.json")
-        if not info or not info.get("agent_pid"):
+        info = attemptdir.read_shim(self.dir)
+        if info is None or not info.agent_pid:
             return None
-        pid = int(info["agent_pid"])
-        return pid if shimmod.alive(pid, info.get("agent_start_ticks")) else None
+        pid = info.agent_pid
+        return pid if proctree.alive(pid, info.agent_start_ticks) else None
 
     def signal_agent(self, sig: int) -> bool:
         """Send ``sig`` to the agent's whole process group (pause/resume)."""
@@ -347,7 +328,7 @@ class AttemptRunner:
             return self.popen.poll() is None
         if self.shim_pid is None:
             return False
-        return shimmod.alive(self.shim_pid, self.shim_ticks)
+        return proctree.alive(self.shim_pid, self.shim_ticks)
 
     def _decode(self, raw: bytes) -> str:
         return raw.decode("utf-8", errors="replace")
@@ -416,7 +397,7 @@ class AttemptRunner:
         ``final`` (the agent has ended) a last line without a newline is flushed once all is read."""
         ts = self.clock()
         events: list[Event] = []
-        chunk = self._read(self.dir / "stdout.jsonl", self.read_pos)
+        chunk = self._read(self.dir / attemptdir.STDOUT, self.read_pos)
         if chunk:
             self.read_pos += len(chunk)
             self.last_output = ts
@@ -426,7 +407,7 @@ class AttemptRunner:
             events.extend(self._feed(self.splitter.flush(), ts))
         # the stored offset is the start of the current partial line: a restart re-reads it whole
         self.offset = self.read_pos - self.splitter.pending()
-        err = self._read(self.dir / "stderr.log", self.err_offset)
+        err = self._read(self.dir / attemptdir.STDERR, self.err_offset)
         if err:
             self.err_offset += len(err)
             self.last_output = ts
@@ -526,11 +507,11 @@ class AttemptRunner:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
-        info = read_json(self.dir / "exit.json")
+        info = attemptdir.read_exit(self.dir)
         if info is None:
-            exit_code, reason = None, "crashed"
+            exit_code, reason = None, ExitReason.CRASHED
         else:
-            exit_code, reason = info.get("exit_code"), str(info.get("reason") or "exited")
+            exit_code, reason = info.exit_code, info.reason
         try:
             outcome = self.normalizer.outcome(exit_code)
         except Exception as e:
