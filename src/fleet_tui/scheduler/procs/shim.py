@@ -103,9 +103,7 @@ class Shim:
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-        out_fd = os.open(
-            os.path.join(self.dir, files.STDOUT), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
+        out_fd = os.open(os.path.join(self.dir, files.STDOUT), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         err_fd = os.open(os.path.join(self.dir, files.STDERR), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         in_fd = os.open(self.stdin_file or os.devnull, os.O_RDONLY)
         try:
@@ -198,9 +196,7 @@ class Shim:
             elif os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
                 exit_code = 128 + sig
-        files.write_exit(
-            self.dir, files.exit_record(exit_code, sig, self.stop_reason, time.time(), killed)
-        )
+        files.write_exit(self.dir, files.exit_record(exit_code, sig, self.stop_reason, time.time(), killed))
         return 0
 
 
