@@ -15,6 +15,7 @@ fleet-tui imports: importable as ``fleet_tui.scheduler.procs.attemptdir`` or bar
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from enum import StrEnum
@@ -162,8 +163,9 @@ def write_exit(d: Path, info: ExitInfo) -> None:
 
 
 def read_lease(d: Path) -> float | None:
-    """The lease deadline (unix time) of an attempt; None when missing or unreadable."""
-    return files.read_deadline(os.path.join(d, LEASE))
+    """The lease deadline (unix time) of an attempt; None when missing, empty or unreadable."""
+    deadline = files.read_deadline(os.path.join(d, LEASE))
+    return None if deadline is None or math.isnan(deadline) else deadline
 
 
 def write_lease(d: Path, deadline: float) -> None:

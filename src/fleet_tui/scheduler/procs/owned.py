@@ -61,9 +61,13 @@ def run_owned(
     grace_s: float = 5.0,
     merge_stderr: bool = False,
     cap: int = OUTPUT_CAP,
+    own_umask: bool = False,
 ) -> OwnedResult:
     """Run ``argv`` under a keeper and wait for it (blocking: call it from a worker thread, which
     stays alive while the program runs — the kernel's parent-death signal watches that thread).
+
+    The program gets the user's umask, unless ``own_umask`` (a host such as the shim, whose own
+    files stay private and which sets the user's umask for what it starts).
 
     Raises OSError when the keeper cannot start (a missing ``cwd``)."""
     pidfile = ""
@@ -82,7 +86,9 @@ def run_owned(
         str(os.getpid()),
         str(grace_s),
         pidfile,
-        oct(user_umask()),  # fleet-tui's own files are private; the command's are the user's
+        ""
+        if own_umask
+        else oct(user_umask()),  # fleet-tui's own files are private; the command's are the user's
         "--",
         *argv,
     ]
@@ -134,12 +140,15 @@ def run_owned(
 
 
 def _kill_tree(pid: int, ticks: int | None) -> int:
-    """Kill the process group led by ``pid`` (members started after it) and its descendants."""
+    """Kill the process group led by ``pid`` (members started after it) and the descendants of
+    them all (a member that is a subreaper, such as a shim, holds its agent's session)."""
 
     def find() -> list[proctree.Proc]:
         procs = proctree.group_members(pid, since_ticks=ticks)
+        roots = [p for p, _ in procs if p != pid]
         if proctree.alive(pid, ticks):  # a reused pid's children are not ours
-            procs += proctree.descendants(pid)
+            roots.append(pid)
+        procs += proctree.descendants(0, *roots)
         return [(p, t) for p, t in dict(procs).items() if p != os.getpid() and proctree.alive(p, t)]
 
     return proctree.kill_tree(find, 0)

@@ -87,11 +87,11 @@ def children_map() -> dict[int, list[int]]:
     return kids
 
 
-def descendants(root: int) -> list[Proc]:
-    """Every descendant of ``root`` as (pid, start ticks)."""
+def descendants(root: int, *more: int) -> list[Proc]:
+    """Every descendant of ``root`` (and of the ``more`` roots) as (pid, start ticks)."""
     kids = children_map()
     out: list[Proc] = []
-    stack = list(kids.get(root, []))
+    stack = [k for r in (root, *more) if r > 1 for k in kids.get(r, [])]
     while stack:
         pid = stack.pop()
         out.append((pid, proc_start_ticks(pid)))

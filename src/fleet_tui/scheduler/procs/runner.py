@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,21 +25,18 @@ import anyio
 
 from fleet_tui.coders.base import Coder, Normalizer
 from fleet_tui.scheduler.model import Event, Outcome
-from fleet_tui.scheduler.private import user_umask
-from fleet_tui.scheduler.procs import attemptdir, proctree
-from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs import attemptdir, invoke, proctree
 from fleet_tui.scheduler.procs.attemptdir import ExitReason
-
-# re-exported for the modules that import them from here; their home is attemptdir
 from fleet_tui.scheduler.procs.attemptdir import read_json as read_json
 from fleet_tui.scheduler.procs.attemptdir import write_lease as write_lease
+from fleet_tui.scheduler.procs.invoke import SHIM_BOOT as SHIM_BOOT
+from fleet_tui.scheduler.procs.invoke import SHIM_PATH as SHIM_PATH
+from fleet_tui.scheduler.procs.invoke import Invocation
+from fleet_tui.scheduler.procs.invoke import ShimPool as ShimPool
+from fleet_tui.scheduler.procs.invoke import shim_args as shim_args
 
-SHIM_PATH = str(Path(shimmod.__file__).resolve())
-#: the shim runs as an imported module (its bytecode is cached; a script is compiled every time)
-#: from its own folder, without site-packages: python starts in milliseconds
-SHIM_BOOT = (
-    f"import sys; sys.path.insert(0, {str(Path(SHIM_PATH).parent)!r}); import shim; sys.exit(shim.main())"
-)
+# the ``x as x`` imports are re-exports for the modules that import them from here; their homes
+# are attemptdir (the attempt's files) and invoke (starting a shim)
 READ_CHUNK = 256 * 1024  # per tick and runner: a backlog is read in slices, yielding between them
 EVENT_TEXT_CAP = 256 * 1024
 
@@ -68,70 +64,6 @@ class AttemptResult:
     last_text: str | None
 
 
-def shim_args(
-    attempt_dir: Path, workdir: Path, argv: list[str], stdin_file: Path | None, grace_s: float, nice: int = 0
-) -> list[str]:
-    args = [
-        "--dir",
-        str(attempt_dir),
-        "--cwd",
-        str(workdir),
-        "--grace",
-        str(grace_s),
-        "--lease-file",
-        str(attempt_dir / attemptdir.LEASE),
-    ]
-    if stdin_file is not None:
-        args += ["--stdin-file", str(stdin_file)]
-    if nice > 0:
-        args += ["--nice", str(nice)]
-    args += ["--umask", oct(user_umask())]  # fleet-tui's files are private; the agent's are the user's
-    return [*args, "--", *argv]
-
-
-class ShimPool:
-    """A few shims started ahead of time (interpreter up, modules imported), so starting an agent
-    costs a pipe write instead of an interpreter start. Each waits for one job on its stdin; when
-    this process dies first, the pipe closes and the idle shim exits — it never holds an agent."""
-
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self.idle: list[subprocess.Popen[bytes]] = []
-        self.closed = False
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--warm"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-    def fill(self) -> None:
-        while not self.closed and len(self.idle) < self.size:
-            self.idle.append(self._spawn())
-
-    def take(self) -> subprocess.Popen[bytes] | None:
-        while self.idle:
-            p = self.idle.pop(0)
-            if p.poll() is None:
-                return p
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-        for p in self.idle:
-            try:
-                if p.stdin:
-                    p.stdin.close()
-                p.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                p.kill()
-        self.idle.clear()
-
-
 def spawn_shim(
     attempt_dir: Path,
     workdir: Path,
@@ -143,41 +75,10 @@ def spawn_shim(
     pool: ShimPool | None = None,
     nice: int = 0,
 ) -> subprocess.Popen[bytes]:
-    """Start the shim for an attempt in its own session (from the pool when one is warm); it
-    survives this process."""
-    attempt_dir.mkdir(parents=True, exist_ok=True)
-    stdin_file = None
-    if stdin_bytes is not None:
-        stdin_file = attempt_dir / attemptdir.STDIN
-        stdin_file.write_bytes(stdin_bytes)
-    write_lease(attempt_dir, lease_deadline)
-    args = shim_args(attempt_dir, workdir, argv, stdin_file, grace_s, nice)
-    warm = pool.take() if pool is not None else None
-    if warm is not None and warm.stdin is not None:
-        try:
-            warm.stdin.write(shimmod.encode_job(args, env))
-            warm.stdin.close()
-            if pool is not None:
-                pool.fill()
-            return warm
-        except OSError:
-            warm.kill()
-    log = open(attempt_dir / attemptdir.SHIM_LOG, "ab")  # noqa: SIM115 - handed to the child
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, *args],
-            cwd=str(workdir),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        log.close()
-        if pool is not None:
-            pool.fill()
+    """Start the shim for an attempt in its own session (``invoke.start``); it survives this
+    process."""
+    inv = Invocation(tuple(argv), env, stdin_bytes, workdir, attempt_dir)
+    return invoke.start(inv, grace_s=grace_s, lease_deadline=lease_deadline, pool=pool, nice=nice)
 
 
 class LineSplitter:

@@ -38,7 +38,7 @@ import time
 try:
     from . import attemptfiles as files
     from . import proctree
-except ImportError:  # run as a bare module from this folder (runner.SHIM_BOOT): no package
+except ImportError:  # run as a bare module from this folder (invoke.SHIM_BOOT): no package
     import attemptfiles as files  # type: ignore[no-redef]
     import proctree  # type: ignore[no-redef]
 
