@@ -89,8 +89,9 @@ class Policy:
 def run_command(python: str, script: str, *args: str) -> list[str]:
     """``sandbox_run.py ARGS`` the fast way: imported (its cached bytecode is used), not run as a
     script (which is compiled on every start), in an isolated interpreter without ``site``."""
+    module = os.path.splitext(os.path.basename(script))[0]  # run.py since the package split
     boot = (
-        f"import sys; sys.path.insert(0, {os.path.dirname(script)!r}); import sandbox_run; "
+        f"import sys; sys.path.insert(0, {os.path.dirname(script)!r}); import {module} as sandbox_run; "
         "sys.exit(sandbox_run.main(sys.argv[1:]))"
     )
     return [python, "-I", "-S", "-c", boot, *args]
