@@ -328,10 +328,11 @@ def cmd_logs(ctx: Ctx) -> int:
     store = ctx.store
     if ctx.args.raw:
         from fleet_tui.scheduler.launch import attempt_dir
+        from fleet_tui.scheduler.procs import attemptdir
 
         tty = sys.stdout.isatty()
         for n in range(1, t.attempt + 1):
-            _write_raw(attempt_dir(ctx.home, t.id, n) / "stdout.jsonl", tty)
+            _write_raw(attempt_dir(ctx.home, t.id, n) / attemptdir.STDOUT, tty)
         sys.stdout.flush()
         return 0
     after: tuple[int, int] | None = None

@@ -43,6 +43,8 @@ from fleet_tui.scheduler.policy.outcome import (
 from fleet_tui.scheduler.policy.review import ReviewerError, make_reviewer
 from fleet_tui.scheduler.policy.review import _run as review_run
 from fleet_tui.scheduler.policy.verify import run_verifiers
+from fleet_tui.scheduler.procs.attemptdir import STDOUT, read_shim
+from fleet_tui.scheduler.procs.invoke import Invocation
 from fleet_tui.scheduler.procs.runner import AttemptResult, AttemptRunner, RunLimits
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
@@ -434,19 +436,17 @@ def test_reviewer_timeout_kills_its_whole_process_group(tmp_path: Path) -> None:
     with pytest.raises(ReviewerError, match=r"timed out after 1\.5s"):
         reviewer("@sim sleep=60", "sim", None, tmp_path, timeout_s=1.5)
     assert time.monotonic() - t0 < 10
-    info = json.loads((tmp_path / "home" / "tasks" / "rv1" / "reviews" / "1" / "exit.json").read_text())
-    assert info["timed_out"] is True
-    _wait_group_gone(info["pid"])
+    shim = read_shim(tmp_path / "home" / "tasks" / "rv1" / "reviews" / "1")
+    assert shim is not None and shim.agent_pid  # it ran under a shim, in its own process group
+    _wait_group_gone(shim.agent_pid)
     # children in the reviewer's group go with it (a shell that ignores SIGTERM is KILLed)
-    out, _, _, timed_out, _, pgid = review_run(
-        ["/bin/sh", "-c", "trap '' TERM; sleep 60 & sleep 60 & echo started; wait"],
-        tmp_path,
-        dict(os.environ),
-        None,
-        1.0,
-    )
-    assert timed_out and out == b"started\n"
-    _wait_group_gone(pgid)
+    run_dir = tmp_path / "run"
+    sh = ("/bin/sh", "-c", "trap '' TERM; sleep 60 & sleep 60 & echo started; wait")
+    ran = review_run(Invocation(sh, dict(os.environ), None, tmp_path, run_dir), 1.0)
+    assert ran.timed_out and (run_dir / STDOUT).read_bytes() == b"started\n"
+    assert ran.shim is not None and ran.shim.agent_pid
+    _wait_group_gone(ran.shim.agent_pid)
+    _wait_group_gone(ran.host_pid)
 
 
 def _wait_group_gone(pgid: int) -> None:

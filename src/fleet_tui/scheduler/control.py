@@ -24,6 +24,7 @@ import anyio
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.model import Attempt, Event, Task, TaskSpec, Transition
 from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs.attemptdir import ShimInfo, read_shim
 from fleet_tui.scheduler.states import ACTIVE, PARKED, IllegalTransition, TaskStatus
 from fleet_tui.scheduler.store.protocol import Store, StoreError
 from fleet_tui.scheduler.store.storeclock import StoreClock
@@ -108,10 +109,10 @@ class Controller:
         att = self.store.get_attempt(task.id, task.attempt)
         if att is None or not att.dir:
             return
-        info: Any = _read_shim(Path(att.dir))
-        if info and shimmod.alive(int(info["pid"]), info.get("start_ticks")):
+        info = _read_shim(Path(att.dir))
+        if info and shimmod.alive(info.pid, info.start_ticks):
             try:
-                os.kill(int(info["pid"]), signal.SIGTERM)
+                os.kill(info.pid, signal.SIGTERM)
             except OSError:
                 pass
 
@@ -350,10 +351,8 @@ def no_task_message(ref: str, names: Iterable[str]) -> str:
     return f"no task {ref!r}{hint} (give an id or a name; `fleet-tui status` lists them)"
 
 
-def _read_shim(d: Path) -> dict[str, object] | None:
-    from fleet_tui.scheduler.procs.runner import read_json
-
-    return read_json(d / "shim.json")
+def _read_shim(d: Path) -> ShimInfo | None:
+    return read_shim(d)
 
 
 def failed_parent(reason: str | None) -> str | None:

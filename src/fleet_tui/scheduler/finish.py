@@ -21,6 +21,7 @@ from fleet_tui.scheduler.model import EngineEvent, Event, Task
 from fleet_tui.scheduler.policy.evidence import nothing_done
 from fleet_tui.scheduler.policy.outcome import Verdict, after_verify, decide
 from fleet_tui.scheduler.policy.verify import run_verifiers
+from fleet_tui.scheduler.procs.attemptdir import ExitReason
 from fleet_tui.scheduler.procs.runner import AttemptResult
 from fleet_tui.scheduler.sandbox.policy import verifier_wrap
 from fleet_tui.scheduler.states import PARKED, TaskStatus
@@ -65,7 +66,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             await anyio.to_thread.run_sync(commit_leftovers, engine, task)
         except Exception as e:
             engine.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
-    if res.exit_reason == "crashed":  # the shim died: what it hosted must die before a retry
+    if res.exit_reason == ExitReason.CRASHED:  # the shim died: what it hosted must die before a retry
         from fleet_tui.scheduler.procs.owned import reap_attempt
 
         await anyio.to_thread.run_sync(reap_attempt, r.dir)

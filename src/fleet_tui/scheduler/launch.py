@@ -27,6 +27,7 @@ from fleet_tui.scheduler.humans import followup
 from fleet_tui.scheduler.humans.mcp_ask_human import server_launch
 from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
+from fleet_tui.scheduler.procs import attemptdir
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.runner import read_json, spawn_shim
 from fleet_tui.scheduler.sandbox import bwrap as sandbox
@@ -270,7 +271,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
     except (ValueError, OSError) as e:
         raise LaunchError(f"{name}: {e}") from e
     prompt = ctx.prompt
-    (adir / "prompt.txt").write_text(prompt)
+    (adir / attemptdir.PROMPT).write_text(prompt)
     followup.record(adir, plan, cmd)
     env = dict(os.environ)
     for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
@@ -353,7 +354,7 @@ async def adopt(engine: Engine, t: Task) -> None:
     if alive:
         return
     att = await anyio.to_thread.run_sync(store.get_attempt, t.id, t.attempt)
-    info = read_json(Path(att.dir) / "shim.json") if att and att.dir else None
+    info = attemptdir.read_shim(Path(att.dir)) if att and att.dir else None
     if same_host and att is not None and info is not None:
         new = await anyio.to_thread.run_sync(
             lambda: store.take_over(
@@ -362,10 +363,10 @@ async def adopt(engine: Engine, t: Task) -> None:
         )
         if new is None:
             return
-        pid, ticks = int(info["pid"]), info.get("start_ticks")
+        pid, ticks = info.pid, info.start_ticks
         adir = Path(att.dir)
         shim_alive = shimmod.alive(pid, ticks)
-        if shim_alive or (adir / "exit.json").exists():
+        if shim_alive or attemptdir.has_exit(adir):
             from fleet_tui.scheduler.procs.runner import write_lease
 
             if shim_alive:

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from fleet_tui.scheduler.procs.runner import read_json
+from fleet_tui.scheduler.procs.attemptdir import read_json, read_lease
 
 
 def _path(home: Path, name: str) -> Path:
@@ -38,11 +38,8 @@ def live_attempt(home: Path, name: str, now: float | None = None) -> str | None:
     data = read_json(_path(home, name))
     if not data or not data.get("attempt_dir"):
         return None
-    try:
-        deadline = float((Path(data["attempt_dir"]) / "lease").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if deadline <= (time.time() if now is None else now):
+    deadline = read_lease(Path(data["attempt_dir"]))
+    if deadline is None or deadline <= (time.time() if now is None else now):
         return None
     return str(data.get("store") or "?")
 

@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 
 from fleet_tui.scheduler.model import Task
+from fleet_tui.scheduler.procs.attemptdir import ExitReason
 from fleet_tui.scheduler.procs.runner import AttemptResult
 from fleet_tui.scheduler.states import TaskStatus
 
@@ -137,10 +138,10 @@ def decide(
         return _retry(
             task, policy, now, f"timeout: {r.stop_detail}", "timeout", park_reason=f"timeout: {r.stop_detail}"
         )
-    if r.exit_reason in ("crashed", "lease_expired"):
-        why = "its supervisor lost it" if r.exit_reason == "lease_expired" else "the attempt crashed"
+    if r.exit_reason in (ExitReason.CRASHED, ExitReason.LEASE_EXPIRED):
+        why = "its supervisor lost it" if r.exit_reason == ExitReason.LEASE_EXPIRED else "the attempt crashed"
         return Verdict(TaskStatus.QUEUED, f"resumed: {why}", crashed=True, outcome="crashed")
-    if r.exit_reason == "spawn_failed":
+    if r.exit_reason == ExitReason.SPAWN_FAILED:
         return Verdict(
             TaskStatus.NEEDS_HUMAN, "never_started: the agent could not be started", outcome="failure"
         )

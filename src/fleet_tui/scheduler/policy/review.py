@@ -3,11 +3,13 @@
 Why it exists: DESIGN section 7 lets a task be judged by another agent ("Review the diff for
 missing auth checks"). That reviewer is not an attempt: it must not take a slot, touch the task's
 state or ask a person, and it must leave the working directory as it found it. So it is run
-here, outside the shim and the store, as a plain blocking subprocess (the engine calls the
-verifiers in a thread): the coder builds the command exactly as for an attempt (``prepare``,
-``argv``, ``env``, ``stdin``), the process runs in its own session in the task's working
-directory and is killed as a group when it overruns, and its stdout goes through the coder's own
-normalizer, so every vendor's stream format works without new parsing.
+here, outside the store, and waited for (the engine calls the verifiers in a thread). It is run
+the way attempts are (``procs/invoke.py``): the coder builds the command exactly as for an
+attempt (``prepare``, ``argv``, ``env``, ``stdin``) and a shim runs it in the task's working
+directory, writing ``shim.json``, ``stdout.jsonl``, ``stderr.log`` and ``exit.json`` into the
+review's folder; that shim is hosted by a keeper, so the reviewer's whole tree dies when it
+overruns, when the task is stopped and when the engine dies. Its stdout goes through the coder's
+own normalizer, so every vendor's stream format works without new parsing.
 
 The reply handed to ``verify.py`` is the run's final result text (or its last text message);
 when that has no verdict, every text message of the run, so a scripted ``@sim say=PASS`` or a
@@ -16,15 +18,15 @@ reply without PASS or FAIL as FAIL. A reviewer that fails to run (not found, an 
 a timeout, files changed in a git working directory) raises ``ReviewerError``, which
 ``verify.py`` turns into a failed verifier with the reason.
 
-Everything a review produced stays under ``tasks/<id>/reviews/<n>/`` (prompt, raw stdout,
-stderr, exit status, the reply), next to the attempts, for ``logs`` and post-mortems.
+Everything a review produced stays under ``tasks/<id>/reviews/<n>/`` (an attempt directory:
+prompt, raw stdout, stderr, the shim's records, plus the reply), next to the attempts, for
+``logs`` and post-mortems.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import subprocess
 import threading
@@ -34,15 +36,26 @@ from pathlib import Path
 from fleet_tui.coders.base import AttemptContext, Coder, CoderNotFound, get_coder
 from fleet_tui.config import Config
 from fleet_tui.scheduler.model import Task
-from fleet_tui.scheduler.procs.owned import run_owned
+from fleet_tui.scheduler.procs import attemptdir, invoke
+from fleet_tui.scheduler.procs.attemptdir import ExitReason
+from fleet_tui.scheduler.procs.invoke import Invocation, Ran
 from fleet_tui.scheduler.sandbox import policy as sbp
 
 #: how long one review may run unless its verifier says otherwise (``timeout_min``)
 DEFAULT_TIMEOUT_S = 600.0
 #: between SIGTERM and SIGKILL of an overrunning reviewer's process group
 KILL_GRACE_S = 3.0
+#: how much of a reviewer's stdout is read for its reply (its end)
+OUTPUT_CAP = 64 << 20
 #: environment variables of the engine that must not leak into a reviewer
-_DROP_ENV = ("FLEET_PROMPT", "FLEET_MCP_COMMAND", "FLEET_ATTEMPT", "FLEET_TASK_NAME", "FLEET_WORKDIR")
+_DROP_ENV = (
+    "FLEET_PROMPT",
+    "FLEET_MCP_COMMAND",
+    "FLEET_ATTEMPT",
+    "FLEET_TASK_NAME",
+    "FLEET_WORKDIR",
+    "FLEET_STORE",  # the store URL may carry a password: agents get none
+)
 
 
 class ReviewerError(RuntimeError):
@@ -115,7 +128,7 @@ class Reviewer:
             model=model,
             mcp_command=(),  # no ask_human: a reviewer never waits on a person
         )
-        (adir / "prompt.txt").write_text(prompt, encoding="utf-8")
+        (adir / attemptdir.PROMPT).write_text(prompt, encoding="utf-8")
         try:
             impl.prepare(ctx)
             argv = impl.argv(ctx)
@@ -123,31 +136,23 @@ class Reviewer:
             stdin = impl.stdin(ctx)
         except (ValueError, OSError) as e:
             raise ReviewerError(f"reviewer coder {name}: {e}") from e
-        env = {k: v for k, v in os.environ.items() if k not in _DROP_ENV}
-        env.update(
-            {
-                "PWD": str(workdir),
-                "FLEET_TASK_ID": self.task.id,
-                "FLEET_REVIEW": "1",
-                "FLEET_ATTEMPT": str(self.task.attempt),
-            }
-        )
-        env.update(dict(self.task.spec.env))
-        env.update(extra)
+        fleet = {
+            "PWD": str(workdir),
+            "FLEET_TASK_ID": self.task.id,
+            "FLEET_REVIEW": "1",
+            "FLEET_ATTEMPT": str(self.task.attempt),
+        }
+        env = invoke.environment(fleet, dict(self.task.spec.env), extra, drop=_DROP_ENV)
         argv = self._sandboxed(argv, impl, workdir, adir, env)
         before = _fingerprint(workdir)
         saved = _Snapshot.take(workdir) if before is not None else None
-        out, err, code, timed_out, cancelled, pid = _run(
-            argv, workdir, env, stdin, timeout_s, self.home, self.cancel
-        )
-        (adir / "stdout.jsonl").write_bytes(out)
-        (adir / "stderr.log").write_bytes(err)
-        exit_info = {"exit_code": code, "timed_out": timed_out, "cancelled": cancelled, "pid": pid}
-        (adir / "exit.json").write_text(json.dumps(exit_info) + "\n")
-        if cancelled:
+        ran = _run(Invocation(tuple(argv), env, stdin, workdir, adir), timeout_s, self.home, self.cancel)
+        if ran.cancelled:
             raise ReviewerError(f"the {name} reviewer was stopped (the task was stopped)")
-        if timed_out:
+        if ran.timed_out:
             raise ReviewerError(f"the {name} reviewer timed out after {timeout_s:g}s (killed)")
+        out = _tail(adir / attemptdir.STDOUT, OUTPUT_CAP)
+        code = ran.exit.exit_code if ran.exit is not None else None
         reply, problem, cost, tokens = _reply(impl, self.task.id, self.task.attempt, adir, out, code)
         self.cost_usd += cost
         self.tokens += tokens
@@ -190,35 +195,31 @@ def make_reviewer(home: Path, task: Task, cfg: Config) -> Reviewer:
 
 
 def _run(
-    argv: list[str],
-    workdir: Path,
-    env: dict[str, str],
-    stdin: bytes | None,
+    inv: Invocation,
     timeout_s: float,
     home: Path | None = None,
     cancel: threading.Event | None = None,
-) -> tuple[bytes, bytes, int | None, bool, bool, int]:
-    """Run under a keeper (owned.py): on timeout or cancel, or when the engine dies, its whole
-    process tree is stopped (TERM, grace, KILL).
-
-    Returns (stdout, stderr, exit code, timed out, cancelled, the process group's id)."""
+) -> Ran:
+    """Run under a shim hosted by a keeper (``invoke.run``): on timeout or cancel, or when the
+    engine dies, its whole process tree is stopped (TERM, grace, KILL)."""
     try:
-        r = run_owned(
-            argv,
-            cwd=workdir,
-            env=env,
-            stdin=stdin,
-            timeout_s=timeout_s,
-            cancel=cancel,
-            home=home,
-            grace_s=KILL_GRACE_S,
-            cap=64 << 20,
-        )
+        ran = invoke.run(inv, timeout_s=timeout_s, cancel=cancel, home=home, grace_s=KILL_GRACE_S)
     except OSError as e:
-        raise ReviewerError(f"could not start the reviewer {argv[0]!r}: {e}") from e
-    if r.exit_code == 127 and r.stderr.startswith(b"fleet-tui: cannot start"):
-        raise ReviewerError(f"could not start the reviewer {argv[0]!r}: {r.stderr.decode(errors='replace')}")
-    return r.stdout, r.stderr, r.exit_code, r.timed_out, r.cancelled, r.pid
+        raise ReviewerError(f"could not start the reviewer {inv.argv[0]!r}: {e}") from e
+    if ran.exit is not None and ran.exit.reason == ExitReason.SPAWN_FAILED:
+        raise ReviewerError(f"could not start the reviewer {inv.argv[0]!r}: {ran.exit.error}")
+    return ran
+
+
+def _tail(path: Path, cap: int) -> bytes:
+    """The last ``cap`` bytes of ``path`` (empty when it is missing)."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - cap))
+            return fh.read()
+    except OSError:
+        return b""
 
 
 def _reply(

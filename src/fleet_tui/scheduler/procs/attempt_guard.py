@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: text in a shim's command line (runner.SHIM_BOOT and the module name)
+#: text in a shim's command line (invoke.SHIM_BOOT and the module name)
 SHIM_MARKERS = (b"import shim; sys.exit(shim.main())", b"fleet_tui.scheduler.procs.shim")
 ATTEMPT_VARS = (b"FLEET_TASK_ID=", b"FLEET_ATTEMPT=")
 

@@ -15,22 +15,18 @@ Agents run under the shim; the other programs fleet-tui starts run under this sm
   an engine that starts later can kill what a ``kill -9`` of the keeper itself left behind
   (``owned.reap_stale``).
 
-Standard library plus the shim's /proc helpers; no fleet-tui state, no store.
+Standard library plus the /proc helpers of ``proctree``; no fleet-tui state, no store.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
 import sys
-import time
 
-from fleet_tui.scheduler.procs.shim import children_map, proc_start_ticks, write_json
-
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
+from fleet_tui.scheduler.procs import proctree
+from fleet_tui.scheduler.procs.attemptfiles import write_json
 
 
 class Keeper:
@@ -45,19 +41,9 @@ class Keeper:
         self.stop = False
         self.pid = os.getpid()
 
-    def _alive_tree(self) -> list[int]:
+    def _alive_tree(self) -> list[proctree.Proc]:
         """Our descendants and the other members of our process group (not zombies)."""
-        out: set[int] = set()
-        kids = children_map()
-        stack = list(kids.get(self.pid, []))
-        while stack:
-            pid = stack.pop()
-            out.add(pid)
-            stack.extend(kids.get(pid, []))
-        for pid in group_members(self.pid):
-            out.add(pid)
-        out.discard(self.pid)
-        return [p for p in out if proc_state(p) not in (None, "Z", "X")]
+        return proctree.tree(self.pid, group=self.pid)
 
     def _reap(self) -> None:
         while True:
@@ -69,25 +55,13 @@ class Keeper:
                 return
 
     def kill_tree(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in self._alive_tree():
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
-            deadline = time.monotonic() + (self.grace if sig == signal.SIGTERM else 2.0)
-            while time.monotonic() < deadline:
-                self._reap()
-                if not self._alive_tree():
-                    return
-                time.sleep(0.05)
+        proctree.kill_tree(self._alive_tree, self.grace, reap=self._reap)
 
     def run(self) -> int:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        proctree.die_with_parent(signal.SIGTERM)
         if os.getppid() != self.owner:
             return 125  # the owner died before we could watch it: start nothing
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        proctree.become_subreaper()
 
         def on_term(signum: int, frame: object) -> None:
             self.stop = True
@@ -116,7 +90,7 @@ class Keeper:
                 os.umask(own_umask)
         info: dict[str, object] = {
             "keeper_pid": self.pid,
-            "keeper_ticks": proc_start_ticks(self.pid),
+            "keeper_ticks": proctree.proc_start_ticks(self.pid),
             "child_pid": child,
             "argv0": self.argv[0],
         }
@@ -160,34 +134,6 @@ class Keeper:
         if os.WIFSIGNALED(status):
             return 128 + os.WTERMSIG(status)
         return os.WEXITSTATUS(status)
-
-
-def proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].split()[0].decode()
-
-
-def group_members(pgid: int) -> list[int]:
-    """Processes whose process group is ``pgid``."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        try:
-            if int(data[data.rfind(b")") + 2 :].split()[2]) == pgid:
-                out.append(int(name))
-        except (IndexError, ValueError):
-            continue
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,6 @@ is gone, which only a ``kill -9`` of the keeper itself can leave behind.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -19,13 +18,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from fleet_tui.scheduler.private import user_umask
-from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs import proctree
+from fleet_tui.scheduler.procs.attemptdir import read_json, read_shim
 
 OUTPUT_CAP = 256 * 1024
 
@@ -62,9 +61,13 @@ def run_owned(
     grace_s: float = 5.0,
     merge_stderr: bool = False,
     cap: int = OUTPUT_CAP,
+    own_umask: bool = False,
 ) -> OwnedResult:
     """Run ``argv`` under a keeper and wait for it (blocking: call it from a worker thread, which
     stays alive while the program runs — the kernel's parent-death signal watches that thread).
+
+    The program gets the user's umask, unless ``own_umask`` (a host such as the shim, whose own
+    files stay private and which sets the user's umask for what it starts).
 
     Raises OSError when the keeper cannot start (a missing ``cwd``)."""
     pidfile = ""
@@ -83,7 +86,9 @@ def run_owned(
         str(os.getpid()),
         str(grace_s),
         pidfile,
-        oct(user_umask()),  # fleet-tui's own files are private; the command's are the user's
+        ""
+        if own_umask
+        else oct(user_umask()),  # fleet-tui's own files are private; the command's are the user's
         "--",
         *argv,
     ]
@@ -135,38 +140,18 @@ def run_owned(
 
 
 def _kill_tree(pid: int, ticks: int | None) -> int:
-    """Kill the process group led by ``pid`` (members started after it) and its descendants."""
-    victims: list[tuple[int, int | None]] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2 :].split()
-        try:
-            pgrp, start = int(rest[2]), int(rest[19])
-        except (IndexError, ValueError):
-            continue
-        if pgrp == pid and (ticks is None or start >= ticks):
-            victims.append((int(name), start))
-    if shimmod.alive(pid, ticks):
-        victims += shimmod.descendants(pid)
-    killed = 0
-    for vpid, vticks in victims:
-        if shimmod.alive(vpid, vticks):
-            try:
-                os.kill(vpid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-    # a SIGKILL is delivered asynchronously: return once they are really gone (or zombies)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and any(shimmod.alive(p, t) for p, t in victims):
-        time.sleep(0.01)
-    return killed
+    """Kill the process group led by ``pid`` (members started after it) and the descendants of
+    them all (a member that is a subreaper, such as a shim, holds its agent's session)."""
+
+    def find() -> list[proctree.Proc]:
+        procs = proctree.group_members(pid, since_ticks=ticks)
+        roots = [p for p, _ in procs if p != pid]
+        if proctree.alive(pid, ticks):  # a reused pid's children are not ours
+            roots.append(pid)
+        procs += proctree.descendants(0, *roots)
+        return [(p, t) for p, t in dict(procs).items() if p != os.getpid() and proctree.alive(p, t)]
+
+    return proctree.kill_tree(find, 0)
 
 
 def reap_stale(home: Path) -> int:
@@ -177,11 +162,10 @@ def reap_stale(home: Path) -> int:
         return 0
     killed = 0
     for f in cdir.glob("*.json"):
-        try:
-            info = json.loads(f.read_text())
-        except (OSError, ValueError):
+        info = read_json(f)
+        if info is None:
             continue
-        if shimmod.alive(int(info.get("keeper_pid") or 0), info.get("keeper_ticks")):
+        if proctree.alive(int(info.get("keeper_pid") or 0), info.get("keeper_ticks")):
             continue
         killed += _kill_tree(int(info.get("keeper_pid") or 0), info.get("keeper_ticks"))
         f.unlink(missing_ok=True)
@@ -191,14 +175,11 @@ def reap_stale(home: Path) -> int:
 def reap_attempt(attempt_dir: Path) -> int:
     """Kill what a dead shim left of its agent (``shim.json``: pid + start time) before the attempt
     is started again: the agent's process group and its descendants. Returns how many died."""
-    try:
-        info = json.loads((attempt_dir / "shim.json").read_text())
-    except (OSError, ValueError):
+    info = read_shim(attempt_dir)
+    if info is None:
         return 0
-    shim_pid = int(info.get("pid") or 0)
-    if shim_pid and shimmod.alive(shim_pid, info.get("start_ticks")):
+    if proctree.alive(info.pid, info.start_ticks):
         return 0  # the shim still owns it
-    agent = int(info.get("agent_pid") or 0)
-    if not agent:
+    if not info.agent_pid:
         return 0
-    return _kill_tree(agent, info.get("agent_start_ticks"))
+    return _kill_tree(info.agent_pid, info.agent_start_ticks)

@@ -11,11 +11,9 @@ budget and a lost claim each stop the agent with a stated reason.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,15 +25,18 @@ import anyio
 
 from fleet_tui.coders.base import Coder, Normalizer
 from fleet_tui.scheduler.model import Event, Outcome
-from fleet_tui.scheduler.private import user_umask
-from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs import attemptdir, invoke, proctree
+from fleet_tui.scheduler.procs.attemptdir import ExitReason
+from fleet_tui.scheduler.procs.attemptdir import read_json as read_json
+from fleet_tui.scheduler.procs.attemptdir import write_lease as write_lease
+from fleet_tui.scheduler.procs.invoke import SHIM_BOOT as SHIM_BOOT
+from fleet_tui.scheduler.procs.invoke import SHIM_PATH as SHIM_PATH
+from fleet_tui.scheduler.procs.invoke import Invocation
+from fleet_tui.scheduler.procs.invoke import ShimPool as ShimPool
+from fleet_tui.scheduler.procs.invoke import shim_args as shim_args
 
-SHIM_PATH = str(Path(shimmod.__file__).resolve())
-#: the shim runs as an imported module (its bytecode is cached; a script is compiled every time)
-#: from its own folder, without site-packages: python starts in milliseconds
-SHIM_BOOT = (
-    f"import sys; sys.path.insert(0, {str(Path(SHIM_PATH).parent)!r}); import shim; sys.exit(shim.main())"
-)
+# the ``x as x`` imports are re-exports for the modules that import them from here; their homes
+# are attemptdir (the attempt's files) and invoke (starting a shim)
 READ_CHUNK = 256 * 1024  # per tick and runner: a backlog is read in slices, yielding between them
 EVENT_TEXT_CAP = 256 * 1024
 
@@ -54,77 +55,13 @@ class RunLimits:
 @dataclass(frozen=True)
 class AttemptResult:
     exit_code: int | None
-    exit_reason: str  # exited | stopped | lease_expired | spawn_failed | crashed
+    exit_reason: ExitReason
     outcome: Outcome  # the coder's classification
     stop_reason: str | None  # why fleet-tui stopped it (killed_by_user, stalled, timeout, ...)
     stop_detail: str | None
     cost_usd: float | None
     tokens: int
     last_text: str | None
-
-
-def shim_args(
-    attempt_dir: Path, workdir: Path, argv: list[str], stdin_file: Path | None, grace_s: float, nice: int = 0
-) -> list[str]:
-    args = [
-        "--dir",
-        str(attempt_dir),
-        "--cwd",
-        str(workdir),
-        "--grace",
-        str(grace_s),
-        "--lease-file",
-        str(attempt_dir / "lease"),
-    ]
-    if stdin_file is not None:
-        args += ["--stdin-file", str(stdin_file)]
-    if nice > 0:
-        args += ["--nice", str(nice)]
-    args += ["--umask", oct(user_umask())]  # fleet-tui's files are private; the agent's are the user's
-    return [*args, "--", *argv]
-
-
-class ShimPool:
-    """A few shims started ahead of time (interpreter up, modules imported), so starting an agent
-    costs a pipe write instead of an interpreter start. Each waits for one job on its stdin; when
-    this process dies first, the pipe closes and the idle shim exits — it never holds an agent."""
-
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self.idle: list[subprocess.Popen[bytes]] = []
-        self.closed = False
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--warm"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-    def fill(self) -> None:
-        while not self.closed and len(self.idle) < self.size:
-            self.idle.append(self._spawn())
-
-    def take(self) -> subprocess.Popen[bytes] | None:
-        while self.idle:
-            p = self.idle.pop(0)
-            if p.poll() is None:
-                return p
-        return None
-
-    def close(self) -> None:
-        self.closed = True
-        for p in self.idle:
-            try:
-                if p.stdin:
-                    p.stdin.close()
-                p.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                p.kill()
-        self.idle.clear()
 
 
 def spawn_shim(
@@ -138,65 +75,10 @@ def spawn_shim(
     pool: ShimPool | None = None,
     nice: int = 0,
 ) -> subprocess.Popen[bytes]:
-    """Start the shim for an attempt in its own session (from the pool when one is warm); it
-    survives this process."""
-    attempt_dir.mkdir(parents=True, exist_ok=True)
-    stdin_file = None
-    if stdin_bytes is not None:
-        stdin_file = attempt_dir / "stdin.txt"
-        stdin_file.write_bytes(stdin_bytes)
-    write_lease(attempt_dir, lease_deadline)
-    args = shim_args(attempt_dir, workdir, argv, stdin_file, grace_s, nice)
-    warm = pool.take() if pool is not None else None
-    if warm is not None and warm.stdin is not None:
-        try:
-            warm.stdin.write(shimmod.encode_job(args, env))
-            warm.stdin.close()
-            if pool is not None:
-                pool.fill()
-            return warm
-        except OSError:
-            warm.kill()
-    log = open(attempt_dir / "shim.log", "ab")  # noqa: SIM115 - handed to the child
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, *args],
-            cwd=str(workdir),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-        )
-    finally:
-        log.close()
-        if pool is not None:
-            pool.fill()
-
-
-def write_lease(attempt_dir: Path, deadline: float) -> None:
-    """Renew an attempt's lease file (atomically); on a full disk, in place (no new blocks)."""
-    text = f"{deadline:.3f}\n"
-    tmp = attempt_dir / "lease.tmp"
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, attempt_dir / "lease")
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        fd = os.open(attempt_dir / "lease", os.O_WRONLY)  # raises when there is none yet
-        try:
-            os.pwrite(fd, text.encode(), 0)
-        finally:
-            os.close(fd)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    """Start the shim for an attempt in its own session (``invoke.start``); it survives this
+    process."""
+    inv = Invocation(tuple(argv), env, stdin_bytes, workdir, attempt_dir)
+    return invoke.start(inv, grace_s=grace_s, lease_deadline=lease_deadline, pool=pool, nice=nice)
 
 
 class LineSplitter:
@@ -315,18 +197,18 @@ class AttemptRunner:
         self._stop_sent = True
         if self.paused:
             self.signal_agent(signal.SIGCONT)
-        if self.shim_pid is not None and shimmod.alive(self.shim_pid, self.shim_ticks):
+        if self.shim_pid is not None and proctree.alive(self.shim_pid, self.shim_ticks):
             try:
                 os.kill(self.shim_pid, signal.SIGTERM)
             except OSError:
                 pass
 
     def agent_pid(self) -> int | None:
-        info = read_json(self.dir / "shim.json")
-        if not info or not info.get("agent_pid"):
+        info = attemptdir.read_shim(self.dir)
+        if info is None or not info.agent_pid:
             return None
-        pid = int(info["agent_pid"])
-        return pid if shimmod.alive(pid, info.get("agent_start_ticks")) else None
+        pid = info.agent_pid
+        return pid if proctree.alive(pid, info.agent_start_ticks) else None
 
     def signal_agent(self, sig: int) -> bool:
         """Send ``sig`` to the agent's whole process group (pause/resume)."""
@@ -350,7 +232,7 @@ class AttemptRunner:
             return self.popen.poll() is None
         if self.shim_pid is None:
             return False
-        return shimmod.alive(self.shim_pid, self.shim_ticks)
+        return proctree.alive(self.shim_pid, self.shim_ticks)
 
     def _decode(self, raw: bytes) -> str:
         return raw.decode("utf-8", errors="replace")
@@ -419,7 +301,7 @@ class AttemptRunner:
         ``final`` (the agent has ended) a last line without a newline is flushed once all is read."""
         ts = self.clock()
         events: list[Event] = []
-        chunk = self._read(self.dir / "stdout.jsonl", self.read_pos)
+        chunk = self._read(self.dir / attemptdir.STDOUT, self.read_pos)
         if chunk:
             self.read_pos += len(chunk)
             self.last_output = ts
@@ -429,7 +311,7 @@ class AttemptRunner:
             events.extend(self._feed(self.splitter.flush(), ts))
         # the stored offset is the start of the current partial line: a restart re-reads it whole
         self.offset = self.read_pos - self.splitter.pending()
-        err = self._read(self.dir / "stderr.log", self.err_offset)
+        err = self._read(self.dir / attemptdir.STDERR, self.err_offset)
         if err:
             self.err_offset += len(err)
             self.last_output = ts
@@ -531,11 +413,11 @@ class AttemptRunner:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
-        info = read_json(self.dir / "exit.json")
+        info = attemptdir.read_exit(self.dir)
         if info is None:
-            exit_code, reason = None, "crashed"
+            exit_code, reason = None, ExitReason.CRASHED
         else:
-            exit_code, reason = info.get("exit_code"), str(info.get("reason") or "exited")
+            exit_code, reason = info.exit_code, info.reason
         try:
             outcome = self.normalizer.outcome(exit_code)
         except Exception as e:

@@ -16,13 +16,15 @@ in its own session, so the shim outlives a supervisor that crashes. The shim:
   reclaimed elsewhere never has two live agents;
 - records its own pid and start time in ``shim.json`` so a restarted supervisor can adopt it.
 
-Standard library only, and only modules that are cheap to import (no argparse, json or re: they
-cost more than the interpreter's own startup): it starts in a few milliseconds.
+Standard library only, and only modules that are cheap to import (no argparse, json, re, enum or
+dataclasses: they cost more than the interpreter's own startup): it starts in a few milliseconds.
+Its two siblings follow the same rule and are imported bare when it runs from this folder:
+``attemptfiles`` (the attempt directory's file names and writers; ``attemptdir`` reads them back,
+typed) and ``proctree`` (walking and killing process trees).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 
@@ -33,174 +35,19 @@ except ImportError:  # pragma: no cover - not CPython
 import sys
 import time
 
-PR_SET_CHILD_SUBREAPER = 36
+try:
+    from . import attemptfiles as files
+    from . import proctree
+except ImportError:  # run as a bare module from this folder (invoke.SHIM_BOOT): no package
+    import attemptfiles as files  # type: ignore[no-redef]
+    import proctree  # type: ignore[no-redef]
 
-
-def proc_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    # the command name may contain spaces and parentheses: split after the last ')'
-    rest = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(rest[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].split()[0].decode()
-
-
-def alive(pid: int, ticks: int | None) -> bool:
-    """True when ``pid`` runs and is the same process (same start time), not a zombie."""
-    now = proc_start_ticks(pid)
-    if now is None or (ticks is not None and now != ticks):
-        return False
-    return proc_state(pid) not in ("Z", "X", None)
-
-
-def children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2 :].split()
-        try:
-            ppid = int(rest[1])
-        except (IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
-def descendants(root: int) -> list[tuple[int, int | None]]:
-    """Every descendant of ``root`` as (pid, start ticks)."""
-    kids = children_map()
-    out: list[tuple[int, int | None]] = []
-    stack = list(kids.get(root, []))
-    while stack:
-        pid = stack.pop()
-        out.append((pid, proc_start_ticks(pid)))
-        stack.extend(kids.get(pid, []))
-    return out
-
-
-def _json_value(v: object) -> str:
-    if v is None:
-        return "null"
-    if v is True or v is False:
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    out = ['"']
-    for ch in str(v):
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def dump_json(data: dict[str, object]) -> str:
-    """JSON for a flat dict of scalars (the json module is too slow to import here)."""
-    return "{" + ", ".join(f"{_json_value(k)}: {_json_value(v)}" for k, v in data.items()) + "}"
-
-
-def write_json(path: str, data: dict[str, object], *, durable: bool = False) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(dump_json(data))
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-EXIT_RESERVE = 4096  # bytes set aside for exit.json while the disk still has room
-
-
-def reserve_exit(dir: str) -> None:
-    """Set aside the space of ``exit.json`` before the agent starts (``exit.json.reserved``, blanks):
-    an agent that fills the disk cannot make its own exit status unwritable."""
-    path = os.path.join(dir, "exit.json.reserved")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, b" " * EXIT_RESERVE)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
-def write_exit(dir: str, data: dict[str, object]) -> None:
-    """Write ``exit.json`` durably: into the reserved space when there is one (no new blocks
-    needed), else as a new file; on a full disk the record is kept in memory and written as soon
-    as there is room — the shim stays until then, so the runner waits for it instead of calling
-    the attempt a crash."""
-    text = dump_json(data).encode()
-    path = os.path.join(dir, "exit.json")
-    reserved = os.path.join(dir, "exit.json.reserved")
-    delay = 0.2
-    while True:
-        try:
-            if len(text) <= EXIT_RESERVE and os.path.exists(reserved):
-                fd = os.open(reserved, os.O_WRONLY)
-                try:
-                    os.pwrite(fd, text + b" " * (EXIT_RESERVE - len(text)), 0)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(reserved, path)
-            else:
-                write_json(path, data, durable=True)
-            return
-        except OSError:
-            if not os.path.isdir(dir):
-                return  # the attempt's folder is gone: nobody will read it
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-
-def has_children(pid: int) -> bool:
-    """Cheap check through /proc/PID/task/*/children; falls back to a full scan."""
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                if fh.read().strip():
-                    return True
-        return False
-    except OSError:
-        return bool(descendants(pid))
-
-
-def read_deadline(path: str) -> float | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return float(fh.read().strip() or "nan")
-    except (OSError, ValueError):
-        return None
+# the shim's helpers, under the names other code and tests know them by
+alive = proctree.alive
+descendants = proctree.descendants
+proc_start_ticks = proctree.proc_start_ticks
+dump_json = files.dump_json
+write_json = files.write_json
 
 
 class Shim:
@@ -215,7 +62,7 @@ class Shim:
         self.nice: int = args.nice
         self.umask: int | None = args.umask
         self.stop_requested = False
-        self.stop_reason = "exited"
+        self.stop_reason = files.EXITED
         self.pid = os.getpid()
         self.agent_pid: int | None = None
         self.agent_status: int | None = None
@@ -233,63 +80,20 @@ class Shim:
 
     def kill_tree(self, pgid: int | None) -> int:
         """TERM the agent's group, wait the grace, KILL the group, KILL every descendant."""
-        victims = descendants(self.pid)
-        if pgid is not None:
-            try:
-                os.killpg(pgid, signal.SIGTERM)
-            except OSError:
-                pass
-        for pid, ticks in victims:  # escaped (setsid) descendants get the TERM too
-            if alive(pid, ticks):
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except OSError:
-                    pass
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline:
-            self.reap_zombies()
-            if not any(alive(p, t) for p, t in descendants(self.pid)):
-                break
-            time.sleep(0.05)
-        killed = 0
-        if pgid is not None:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except OSError:
-                pass
-        for _ in range(3):  # descendants may fork while we look: sweep until none
-            found = [(p, t) for p, t in descendants(self.pid) if alive(p, t)]
-            if not found:
-                break
-            for pid, ticks in found:
-                if proc_start_ticks(pid) == ticks:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                        killed += 1
-                    except OSError:
-                        pass
-            time.sleep(0.02)
-            self.reap_zombies()
-        self.reap_zombies()
-        return killed
+        return proctree.kill_tree(
+            lambda: proctree.tree(self.pid), self.grace, pgid=pgid, reap=self.reap_zombies
+        )
 
     def run(self) -> int:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-        info: dict[str, object] = {
-            "pid": self.pid,
-            "start_ticks": proc_start_ticks(self.pid),
-            "started_at": time.time(),
-        }
-        write_json(os.path.join(self.dir, "shim.json"), info)
-        reserve_exit(self.dir)
+        proctree.become_subreaper()
+        ticks, started_at = proctree.proc_start_ticks(self.pid), time.time()
+        shim_json = os.path.join(self.dir, files.SHIM_JSON)
+        files.write_json(shim_json, files.shim_record(self.pid, ticks, started_at))
+        files.reserve_exit(self.dir)
 
         def on_term(signum: int, frame: object) -> None:
             self.stop_requested = True
-            self.stop_reason = "stopped"
+            self.stop_reason = files.STOPPED
 
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -299,10 +103,8 @@ class Shim:
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-        out_fd = os.open(
-            os.path.join(self.dir, "stdout.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
-        err_fd = os.open(os.path.join(self.dir, "stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        out_fd = os.open(os.path.join(self.dir, files.STDOUT), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err_fd = os.open(os.path.join(self.dir, files.STDERR), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         in_fd = os.open(self.stdin_file or os.devnull, os.O_RDONLY)
         try:
             # posix_spawn (vfork+exec) is several times faster than fork+exec from Python; the
@@ -328,23 +130,16 @@ class Shim:
                 os.umask(own_umask)
         except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument or variable
             os.write(err_fd, f"fleet-tui shim: cannot start {self.argv[0]!r}: {e}\n".encode())
-            write_exit(
-                self.dir,
-                {
-                    "exit_code": 127,
-                    "signal": None,
-                    "reason": "spawn_failed",
-                    "error": str(e),
-                    "ended_at": time.time(),
-                },
+            files.write_exit(
+                self.dir, files.exit_record(127, None, files.SPAWN_FAILED, time.time(), error=str(e))
             )
             return 1
         os.close(in_fd)
         os.close(out_fd)
         os.close(err_fd)
         self.agent_pid = pid
-        info.update(agent_pid=pid, agent_start_ticks=proc_start_ticks(pid))
-        write_json(os.path.join(self.dir, "shim.json"), info)
+        agent_ticks = proctree.proc_start_ticks(pid)
+        files.write_json(shim_json, files.shim_record(self.pid, ticks, started_at, pid, agent_ticks))
 
         try:
             pidfd: int | None = os.pidfd_open(pid)
@@ -376,13 +171,13 @@ class Shim:
             now = time.time()
             if self.lease_file and now - last_lease_check >= 0.5:
                 last_lease_check = now
-                deadline = read_deadline(self.lease_file)
+                deadline = files.read_deadline(self.lease_file)
                 # a lease file that stays unreadable (its home was deleted) counts as expired:
                 # nobody can renew it, so nobody supervises this agent
                 unreadable = unreadable + 1 if deadline is None else 0
                 if (deadline is not None and now > deadline) or unreadable >= 6:
                     self.stop_requested = True
-                    self.stop_reason = "lease_expired"
+                    self.stop_reason = files.LEASE_EXPIRED
         killed = 0
         if status is None:  # stop requested or lease expired: the agent is still alive
             killed = self.kill_tree(pid)
@@ -392,7 +187,7 @@ class Shim:
                 status = self.agent_status
         else:
             # the agent exited; anything it left behind must not outlive the attempt
-            if has_children(self.pid):
+            if proctree.has_children(self.pid):
                 killed = self.kill_tree(None)
         exit_code = sig = None
         if status is not None:
@@ -401,16 +196,7 @@ class Shim:
             elif os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
                 exit_code = 128 + sig
-        write_exit(
-            self.dir,
-            {
-                "exit_code": exit_code,
-                "signal": sig,
-                "reason": self.stop_reason,
-                "killed_descendants": killed,
-                "ended_at": time.time(),
-            },
-        )
+        files.write_exit(self.dir, files.exit_record(exit_code, sig, self.stop_reason, time.time(), killed))
         return 0
 
 
@@ -528,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         parsed = Args(job)
         parsed.env = env
-        log = os.open(os.path.join(parsed.dir, "shim.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.open(os.path.join(parsed.dir, files.SHIM_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log, 1)

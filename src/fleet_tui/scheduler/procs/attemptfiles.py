@@ -1,0 +1,190 @@
+"""The attempt directory on disk, at the level the shim writes it: file names, record keys, the
+exit-reason values and the atomic writers.
+
+Why a module of its own: the shim must start in a few milliseconds, so it imports nothing that
+costs more than the interpreter's own startup (``json``, ``re``, ``enum``, ``dataclasses`` all
+do). This module is that cheap part of the attempt-directory contract; ``attemptdir`` adds the
+typed side (``ShimInfo``, ``ExitInfo``, ``ExitReason``, readers) on top of it for everyone else.
+
+Standard library only, no fleet-tui imports: the shim imports it as a bare module from this
+folder (``import attemptfiles``), the engine as ``fleet_tui.scheduler.procs.attemptfiles``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+# -- the files of an attempt directory (tasks/<id>/attempts/<n>/, reviews/<n>/) --------------------
+#: the shim's pid and start time, then its agent's: what adoption and reaping go by
+SHIM_JSON = "shim.json"
+#: the agent's exit status and why it ended, written once, durably, when it ended
+EXIT_JSON = "exit.json"
+#: blank space set aside for exit.json before the agent starts (a full disk cannot take it)
+EXIT_RESERVED = "exit.json.reserved"
+#: the agent's raw stdout, as the vendor wrote it
+STDOUT = "stdout.jsonl"
+#: the agent's raw stderr
+STDERR = "stderr.log"
+#: what the agent reads on stdin (absent: /dev/null)
+STDIN = "stdin.txt"
+#: the shim's own output (a shim that cannot start says why here)
+SHIM_LOG = "shim.log"
+#: the deadline (unix time) until which a supervisor vouches for the agent; the shim's fence
+LEASE = "lease"
+#: the prompt the agent was given
+PROMPT = "prompt.txt"
+
+# -- why an agent ended (exit.json "reason"; ``crashed`` is what a missing exit.json means) -----
+EXITED = "exited"  # on its own
+STOPPED = "stopped"  # the shim was asked to stop it (SIGTERM)
+LEASE_EXPIRED = "lease_expired"  # no supervisor renewed the lease: the shim fenced itself
+SPAWN_FAILED = "spawn_failed"  # it never started (exit code 127, "error" says why)
+CRASHED = "crashed"  # the shim died without an exit record
+
+EXIT_RESERVE = 4096  # bytes set aside for exit.json while the disk still has room
+
+
+def shim_record(
+    pid: int,
+    start_ticks: int | None,
+    started_at: float,
+    agent_pid: int | None = None,
+    agent_start_ticks: int | None = None,
+) -> dict[str, object]:
+    """The content of ``shim.json`` (the agent's fields only once it started)."""
+    rec: dict[str, object] = {"pid": pid, "start_ticks": start_ticks, "started_at": started_at}
+    if agent_pid is not None:
+        rec.update(agent_pid=agent_pid, agent_start_ticks=agent_start_ticks)
+    return rec
+
+
+def exit_record(
+    exit_code: int | None,
+    signal: int | None,
+    reason: str,
+    ended_at: float,
+    killed_descendants: int | None = None,
+    error: str | None = None,
+) -> dict[str, object]:
+    """The content of ``exit.json``."""
+    rec: dict[str, object] = {"exit_code": exit_code, "signal": signal, "reason": reason}
+    if error is not None:
+        rec["error"] = error
+    if killed_descendants is not None:
+        rec["killed_descendants"] = killed_descendants
+    rec["ended_at"] = ended_at
+    return rec
+
+
+def _json_value(v: object) -> str:
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    out = ['"']
+    for ch in str(v):
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def dump_json(data: dict[str, object]) -> str:
+    """JSON for a flat dict of scalars (the json module is too slow to import here)."""
+    return "{" + ", ".join(f"{_json_value(k)}: {_json_value(v)}" for k, v in data.items()) + "}"
+
+
+def write_json(path: str, data: dict[str, object], *, durable: bool = False) -> None:
+    """Replace ``path`` with ``data`` atomically (a reader sees the old or the new, never half)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(dump_json(data))
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def reserve_exit(dir: str) -> None:
+    """Set aside the space of ``exit.json`` before the agent starts (``exit.json.reserved``, blanks):
+    an agent that fills the disk cannot make its own exit status unwritable."""
+    path = os.path.join(dir, EXIT_RESERVED)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b" " * EXIT_RESERVE)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def write_exit(dir: str, data: dict[str, object]) -> None:
+    """Write ``exit.json`` durably: into the reserved space when there is one (no new blocks
+    needed), else as a new file; on a full disk the record is kept in memory and written as soon
+    as there is room — the shim stays until then, so the runner waits for it instead of calling
+    the attempt a crash."""
+    text = dump_json(data).encode()
+    path = os.path.join(dir, EXIT_JSON)
+    reserved = os.path.join(dir, EXIT_RESERVED)
+    delay = 0.2
+    while True:
+        try:
+            if len(text) <= EXIT_RESERVE and os.path.exists(reserved):
+                fd = os.open(reserved, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, text + b" " * (EXIT_RESERVE - len(text)), 0)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(reserved, path)
+            else:
+                write_json(path, data, durable=True)
+            return
+        except OSError:
+            if not os.path.isdir(dir):
+                return  # the attempt's folder is gone: nobody will read it
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def read_deadline(path: str) -> float | None:
+    """The deadline in a lease file; None when it is missing or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return float(fh.read().strip() or "nan")
+    except (OSError, ValueError):
+        return None
+
+
+def write_deadline(dir: str, deadline: float) -> None:
+    """Renew an attempt's lease (atomically); on a full disk, in place (no new blocks needed).
+    Raises OSError when neither works (no lease file yet and no room for one)."""
+    text = f"{deadline:.3f}\n"
+    path = os.path.join(dir, LEASE)
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        fd = os.open(path, os.O_WRONLY)  # raises when there is none yet
+        try:
+            os.pwrite(fd, text.encode(), 0)
+        finally:
+            os.close(fd)

@@ -1,0 +1,232 @@
+"""One way to run a coder: its command goes to a shim, for attempts and reviewers alike.
+
+Why it exists: an agent process is only ever started by the shim (shim.py), which records it in
+``shim.json``, writes its output to ``stdout.jsonl``/``stderr.log`` and its end to ``exit.json``,
+fences it with the ``lease`` file and kills its whole tree. ``Invocation`` is what to run (argv,
+environment, stdin, working directory, attempt directory); ``shim_command`` prepares the attempt
+directory and builds the shim's command line. It is then started one of two ways:
+
+- ``start``: an attempt. The shim runs detached, in its own session (from a pool of warm shims
+  when there is one), so it outlives a crashed engine that a restarted one adopts it back from.
+- ``run``: a reviewer (or any one-off run whose result is waited for). The same shim is hosted by
+  a keeper (owned.py), so it dies with its owner, on a timeout or on a cancel; the call blocks
+  until it ended and returns what the shim recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet_tui.scheduler.private import user_umask
+from fleet_tui.scheduler.procs import attemptdir
+from fleet_tui.scheduler.procs import shim as shimmod
+from fleet_tui.scheduler.procs.attemptdir import ExitInfo, ShimInfo
+from fleet_tui.scheduler.procs.owned import run_owned
+
+SHIM_PATH = str(Path(shimmod.__file__).resolve())
+#: the shim runs as an imported module (its bytecode is cached; a script is compiled every time)
+#: from its own folder, without site-packages: python starts in milliseconds
+SHIM_BOOT = (
+    f"import sys; sys.path.insert(0, {str(Path(SHIM_PATH).parent)!r}); import shim; sys.exit(shim.main())"
+)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A coder's command, ready for a shim: what runs, with what, where, and where its files go."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    stdin: bytes | None
+    workdir: Path
+    attempt_dir: Path
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a waited-for run left: the shim's records and how the wait ended."""
+
+    exit: ExitInfo | None  # None: the shim left no exit record (it was killed)
+    shim: ShimInfo | None
+    timed_out: bool = False
+    cancelled: bool = False
+    host_pid: int = 0  # the keeper's pid: the process group of the shim
+
+
+def environment(
+    fleet: Mapping[str, str],
+    *layers: Mapping[str, str],
+    drop: Iterable[str] = (),
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """An agent's environment: ``base`` (this process's) without ``drop``, then the ``FLEET_*``
+    variables, then each layer (the task's ``env``, then the coder's) over the one before."""
+    dropped = set(drop)
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in dropped}
+    env.update(fleet)
+    for layer in layers:
+        env.update(layer)
+    return env
+
+
+def shim_args(
+    attempt_dir: Path, workdir: Path, argv: list[str], stdin_file: Path | None, grace_s: float, nice: int = 0
+) -> list[str]:
+    """The shim's command line (after the interpreter) for one agent."""
+    args = [
+        "--dir",
+        str(attempt_dir),
+        "--cwd",
+        str(workdir),
+        "--grace",
+        str(grace_s),
+        "--lease-file",
+        str(attempt_dir / attemptdir.LEASE),
+    ]
+    if stdin_file is not None:
+        args += ["--stdin-file", str(stdin_file)]
+    if nice > 0:
+        args += ["--nice", str(nice)]
+    args += ["--umask", oct(user_umask())]  # fleet-tui's files are private; the agent's are the user's
+    return [*args, "--", *argv]
+
+
+def shim_command(inv: Invocation, grace_s: float, lease_deadline: float, nice: int = 0) -> list[str]:
+    """Prepare ``inv``'s attempt directory (its stdin file, its first lease) and return the
+    shim's arguments for it."""
+    adir = inv.attempt_dir
+    adir.mkdir(parents=True, exist_ok=True)
+    stdin_file = None
+    if inv.stdin is not None:
+        stdin_file = adir / attemptdir.STDIN
+        stdin_file.write_bytes(inv.stdin)
+    attemptdir.write_lease(adir, lease_deadline)
+    return shim_args(adir, inv.workdir, list(inv.argv), stdin_file, grace_s, nice)
+
+
+class ShimPool:
+    """A few shims started ahead of time (interpreter up, modules imported), so starting an agent
+    costs a pipe write instead of an interpreter start. Each waits for one job on its stdin; when
+    this process dies first, the pipe closes and the idle shim exits — it never holds an agent."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self.idle: list[subprocess.Popen[bytes]] = []
+        self.closed = False
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--warm"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def fill(self) -> None:
+        while not self.closed and len(self.idle) < self.size:
+            self.idle.append(self._spawn())
+
+    def take(self) -> subprocess.Popen[bytes] | None:
+        while self.idle:
+            p = self.idle.pop(0)
+            if p.poll() is None:
+                return p
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+        for p in self.idle:
+            try:
+                if p.stdin:
+                    p.stdin.close()
+                p.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                p.kill()
+        self.idle.clear()
+
+
+def start(
+    inv: Invocation,
+    *,
+    grace_s: float,
+    lease_deadline: float,
+    pool: ShimPool | None = None,
+    nice: int = 0,
+) -> subprocess.Popen[bytes]:
+    """Start an attempt's shim in its own session (from the pool when one is warm); it survives
+    this process, which renews its lease while it supervises it."""
+    args = shim_command(inv, grace_s, lease_deadline, nice)
+    env = dict(inv.env)
+    warm = pool.take() if pool is not None else None
+    if warm is not None and warm.stdin is not None:
+        try:
+            warm.stdin.write(shimmod.encode_job(args, env))
+            warm.stdin.close()
+            if pool is not None:
+                pool.fill()
+            return warm
+        except OSError:
+            warm.kill()
+    log = open(inv.attempt_dir / attemptdir.SHIM_LOG, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, *args],
+            cwd=str(inv.workdir),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        log.close()
+        if pool is not None:
+            pool.fill()
+
+
+def run(
+    inv: Invocation,
+    *,
+    timeout_s: float | None,
+    cancel: threading.Event | None = None,
+    home: Path | None = None,
+    grace_s: float = 5.0,
+) -> Ran:
+    """Run ``inv`` under a shim hosted by a keeper and wait for it (blocking: call it from a
+    worker thread). Its whole tree is stopped on a timeout, on ``cancel`` and when this process
+    dies; nothing renews the lease, which runs until well after the timeout as a last fence.
+
+    Raises OSError when the keeper cannot start (a missing working directory)."""
+    far = (timeout_s if timeout_s is not None else 24 * 3600.0) + grace_s + 60.0
+    args = shim_command(inv, grace_s, time.time() + far)
+    r = run_owned(
+        [sys.executable, "-I", "-S", "-c", SHIM_BOOT, *args],
+        cwd=inv.workdir,
+        env=dict(inv.env),
+        timeout_s=timeout_s,
+        cancel=cancel,
+        home=home,
+        grace_s=grace_s + 2.0,  # the shim's own grace first, so it can still record the end
+        merge_stderr=True,
+        own_umask=True,  # the shim's files are private; it gives the agent the user's umask
+    )
+    if r.stdout:
+        with open(inv.attempt_dir / attemptdir.SHIM_LOG, "ab") as log:
+            log.write(r.stdout)
+    return Ran(
+        exit=attemptdir.read_exit(inv.attempt_dir),
+        shim=attemptdir.read_shim(inv.attempt_dir),
+        timed_out=r.timed_out,
+        cancelled=r.cancelled,
+        host_pid=r.pid,
+    )

@@ -1,0 +1,211 @@
+"""Process trees through /proc: who a process's descendants are, whether a pid is still the same
+process, and how to stop a whole tree without hitting a reused pid.
+
+Why it exists: the shim (an agent's host), the keeper (a helper command's host) and ``owned``
+(reaping what a killed keeper or shim left behind) all walk and kill process trees. They do it
+here, one way: every victim is a (pid, start ticks) pair and is signalled only while that pid
+still has that start time.
+
+Standard library only and cheap to import (no ``signal`` module, which imports ``enum``; no
+fleet-tui imports): the shim imports it as a bare module from this folder (``import proctree``),
+everything else as ``fleet_tui.scheduler.procs.proctree``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+try:  # the C module: `signal` itself imports enum, which costs more than the interpreter's startup
+    import _signal as signal
+except ImportError:  # pragma: no cover - not CPython
+    import signal
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+#: a process as (pid, start ticks): the pair names one process even after its pid is reused
+Proc = tuple[int, "int | None"]
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (state is field 0, ppid 1, pgrp 2)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # the command name may contain spaces and parentheses: split after the last ')'
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    rest = _stat_fields(pid)
+    try:
+        return int(rest[19]) if rest is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` (R, S, Z, ...), None when there is no such process."""
+    rest = _stat_fields(pid)
+    return rest[0].decode() if rest else None
+
+
+def alive(pid: int, ticks: int | None) -> bool:
+    """True when ``pid`` runs and is the same process (same start time), not a zombie."""
+    now = proc_start_ticks(pid)
+    if now is None or (ticks is not None and now != ticks):
+        return False
+    return proc_state(pid) not in ("Z", "X", None)
+
+
+def _all_stats() -> list[tuple[int, list[bytes]]]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            rest = _stat_fields(name)
+            if rest is not None:
+                out.append((int(name), rest))
+    return out
+
+
+def children_map() -> dict[int, list[int]]:
+    """Every process's children, from one scan of /proc."""
+    kids: dict[int, list[int]] = {}
+    for pid, rest in _all_stats():
+        try:
+            kids.setdefault(int(rest[1]), []).append(pid)
+        except (IndexError, ValueError):
+            continue
+    return kids
+
+
+def descendants(root: int, *more: int) -> list[Proc]:
+    """Every descendant of ``root`` (and of the ``more`` roots) as (pid, start ticks)."""
+    kids = children_map()
+    out: list[Proc] = []
+    stack = [k for r in (root, *more) if r > 1 for k in kids.get(r, [])]
+    while stack:
+        pid = stack.pop()
+        out.append((pid, proc_start_ticks(pid)))
+        stack.extend(kids.get(pid, []))
+    return out
+
+
+def group_members(pgid: int, since_ticks: int | None = None) -> list[Proc]:
+    """The processes of process group ``pgid`` (started at or after ``since_ticks`` when given:
+    members older than the group's leader belong to an earlier group that reused the id)."""
+    out: list[Proc] = []
+    for pid, rest in _all_stats():
+        try:
+            pgrp, start = int(rest[2]), int(rest[19])
+        except (IndexError, ValueError):
+            continue
+        if pgrp == pgid and (since_ticks is None or start >= since_ticks):
+            out.append((pid, start))
+    return out
+
+
+def has_children(pid: int) -> bool:
+    """Cheap check through /proc/PID/task/*/children; falls back to a full scan."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                if fh.read().strip():
+                    return True
+        return False
+    except OSError:
+        return bool(descendants(pid))
+
+
+def tree(root: int, *, group: int | None = None, since_ticks: int | None = None) -> list[Proc]:
+    """The live processes of ``root``'s tree: its descendants, plus the members of process group
+    ``group`` (see :func:`group_members`, the leader included) when given; never this process."""
+    found = dict(descendants(root)) if root > 1 else {}  # never all of init's (or pid 0's)
+    if group is not None:
+        found.update(group_members(group, since_ticks))
+    found.pop(os.getpid(), None)
+    return [(p, t) for p, t in found.items() if alive(p, t)]
+
+
+def signal_all(procs: list[Proc], sig: int) -> int:
+    """Send ``sig`` to each process that is still the one named; returns how many got it."""
+    sent = 0
+    for pid, ticks in procs:
+        if alive(pid, ticks):
+            try:
+                os.kill(pid, sig)
+                sent += 1
+            except OSError:
+                pass
+    return sent
+
+
+def _killpg(pgid: int | None, sig: int) -> None:
+    if pgid is not None:
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            pass
+
+
+def kill_tree(
+    find: Callable[[], list[Proc]],
+    grace_s: float,
+    *,
+    pgid: int | None = None,
+    reap: Callable[[], object] = lambda: None,
+) -> int:
+    """Stop a tree: SIGTERM process group ``pgid`` and every process ``find()`` names, wait up to
+    ``grace_s`` for them to go, then SIGKILL the group and sweep ``find()`` until nothing is left
+    (a tree may fork while it is being killed). With ``grace_s <= 0`` only SIGKILL is sent.
+    ``reap`` collects zombies of our own children (their pids stay taken until then). Returns how
+    many processes got a SIGKILL."""
+    if grace_s > 0:
+        _killpg(pgid, signal.SIGTERM)
+        signal_all(find(), signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            reap()
+            if not find():
+                break
+            time.sleep(0.05)
+    _killpg(pgid, signal.SIGKILL)
+    killed = 0
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        reap()
+        found = find()
+        if not found:
+            break
+        killed += signal_all(found, signal.SIGKILL)
+        time.sleep(0.02)  # a SIGKILL is delivered asynchronously: look again once it landed
+    reap()
+    return killed
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes  # only the hosts need it; readers of /proc do not pay for it
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def become_subreaper() -> None:
+    """Make this process a child subreaper: descendants that escape with ``setsid`` or a double
+    fork are re-parented to it instead of init, so :func:`descendants` still finds them."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel for ``sig`` when the thread that started this process dies."""
+    _prctl(PR_SET_PDEATHSIG, int(sig))
