@@ -43,7 +43,7 @@ from fleet_tui.scheduler.policy.outcome import (
 from fleet_tui.scheduler.policy.review import ReviewerError, make_reviewer
 from fleet_tui.scheduler.policy.review import _run as review_run
 from fleet_tui.scheduler.policy.verify import run_verifiers
-from fleet_tui.scheduler.procs.attemptdir import STDOUT, read_shim
+from fleet_tui.scheduler.procs.attemptdir import STDOUT, ExitReason, read_shim
 from fleet_tui.scheduler.procs.invoke import Invocation
 from fleet_tui.scheduler.procs.runner import AttemptResult, AttemptRunner, RunLimits
 from fleet_tui.scheduler.states import TaskStatus
@@ -232,7 +232,7 @@ def _result(
 ) -> AttemptResult:
     return AttemptResult(
         exit_code=exit_code,
-        exit_reason=exit_reason,
+        exit_reason=ExitReason(exit_reason),
         outcome=Outcome(kind, detail, resets_at=resets_at, claimed_success=kind == "success"),
         stop_reason=stop,
         stop_detail="why" if stop else None,
