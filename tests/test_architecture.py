@@ -61,17 +61,6 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
                 "notify.watcher",
             }
         ),
-        # protocol.open_store picks a backend lazily; the backends import the protocol
-        frozenset(
-            {
-                "scheduler.store.protocol",
-                "scheduler.store.sqlite_base",
-                "scheduler.store.sqlite_store",
-                "scheduler.store.postgres_base",
-                "scheduler.store.postgres_schema",
-                "scheduler.store.postgres_store",
-            }
-        ),
         # the command palette names FleetApp under TYPE_CHECKING; the app installs the palette
         frozenset({"app.app", "app.commands"}),
     }

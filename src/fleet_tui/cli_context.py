@@ -111,7 +111,8 @@ class Ctx:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from fleet_tui.scheduler.store.protocol import StoreError, open_store, sqlite_path
+            from fleet_tui.scheduler.store.opener import open_store
+            from fleet_tui.scheduler.store.protocol import StoreError, sqlite_path
             from fleet_tui.trust import TrustError, check_trusted
 
             url = getattr(self.args, "store", None) or os.environ.get("FLEET_STORE") or self.cfg.store

@@ -98,7 +98,7 @@ def seed_demo(home: Path) -> Path:
     import time
 
     from fleet_tui.coders.base import coder_names
-    from fleet_tui.scheduler.store.protocol import open_store
+    from fleet_tui.scheduler.store.opener import open_store
     from fleet_tui.taskfile import load_taskfile
 
     home.mkdir(parents=True, exist_ok=True)

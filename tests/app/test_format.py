@@ -174,7 +174,7 @@ async def test_attached_view_marks_its_snapshot_stale_without_a_live_engine(tmp_
     """Headless: an attached view on a store no engine runs on says its figures are old."""
     from fleet_tui.config import Config
     from fleet_tui.scheduler.model import TaskSpec
-    from fleet_tui.scheduler.store.protocol import open_store
+    from fleet_tui.scheduler.store.opener import open_store
     from fleet_tui.scheduler.view import AttachedView
 
     store = open_store(None, str(tmp_path))

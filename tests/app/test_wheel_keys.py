@@ -15,7 +15,8 @@ from fleet_tui.scheduler.control import Controller
 from fleet_tui.scheduler.humans import followup
 from fleet_tui.scheduler.model import Snapshot, Task, TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
-from fleet_tui.scheduler.store.protocol import Store, open_store
+from fleet_tui.scheduler.store.opener import open_store
+from fleet_tui.scheduler.store.protocol import Store
 from fleet_tui.screens.confirm import ConfirmScreen
 from fleet_tui.screens.followup import FollowUpScreen
 

@@ -466,7 +466,7 @@ def test_read_only_commands_work_with_a_read_only_postgres_role(tmp_path: Path) 
     import psycopg
     from psycopg import sql
 
-    from fleet_tui.scheduler.store.protocol import open_store
+    from fleet_tui.scheduler.store.opener import open_store
 
     pg_url = os.environ.get("FLEET_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
     try:

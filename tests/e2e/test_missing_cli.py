@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from fleet_tui.coders.gemini import GeminiCoder
-from fleet_tui.scheduler.store.protocol import open_store
+from fleet_tui.scheduler.store.opener import open_store
 from helpers import fleet, fleet_env, status
 
 pytestmark = pytest.mark.timeout(120)

@@ -45,7 +45,7 @@ from tests.fakeapi.user_setups import (
     tree,
 )
 
-from fleet_tui.scheduler.store.protocol import open_store
+from fleet_tui.scheduler.store.opener import open_store
 from helpers import by_name, fleet, fleet_bg, fleet_env, wait_for
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(150)]

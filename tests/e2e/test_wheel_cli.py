@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fleet_tui.scheduler.store.protocol import open_store
+from fleet_tui.scheduler.store.opener import open_store
 from helpers import by_name, fleet, fleet_bg, wait_for
 
 pytestmark = pytest.mark.timeout(120)

@@ -23,7 +23,7 @@ from tests.fakeapi.anthropic import serve_anthropic
 from tests.fakeapi.openai_responses import serve_openai_responses
 from tests.fakeapi.user_setups import OPENCODE_MODEL, SCRUB, opencode_user
 
-from fleet_tui.scheduler.store.protocol import open_store
+from fleet_tui.scheduler.store.opener import open_store
 from helpers import wait_for
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(150)]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_tui.scheduler.store.protocol import open_store
+from fleet_tui.scheduler.store.opener import open_store
 from helpers import by_name, fleet, fleet_bg, fleet_env, wait_for
 
 pytestmark = [pytest.mark.tmux, pytest.mark.timeout(120)]

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from test_store_contract import NOW, PG_URL, drop_schema, need_pg, spec
 
-from fleet_tui.scheduler.store.protocol import StoreError, open_store
+from fleet_tui.scheduler.store.opener import open_store
+from fleet_tui.scheduler.store.protocol import StoreError
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.postgres]
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from tests.notify.receiver import need_program
 
-from fleet_tui.scheduler.store.protocol import open_store
+from fleet_tui.scheduler.store.opener import open_store
 from helpers import by_name, fleet, fleet_bg, fleet_env, quiet_home, wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tests.notify.fake_telegram import FakeTelegram
 
-from fleet_tui.scheduler.store.protocol import open_store
+from fleet_tui.scheduler.store.opener import open_store
 from helpers import by_name, fleet, fleet_bg, quiet_home, wait_for
 
 pytestmark = pytest.mark.timeout(180)

@@ -48,7 +48,8 @@ from fleet_tui.scheduler.humans.mcp_stdio import (
     TOOL_TITLE,
 )
 from fleet_tui.scheduler.states import TaskStatus
-from fleet_tui.scheduler.store.protocol import Store, StoreError, open_store
+from fleet_tui.scheduler.store.opener import open_store
+from fleet_tui.scheduler.store.protocol import Store, StoreError
 
 log = logging.getLogger("fleet_tui.mcp_ask_human")
 
