@@ -47,7 +47,7 @@ SQL_ALLOWED: frozenset[str] = frozenset()
 # entry that is gone or has changed (replace it with what the test reports).
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
-        # the engine spread over five files, and notify's watcher that takes the Engine
+        # the engine spread over five files
         # (issue 11, step 2 removes it)
         frozenset(
             {
@@ -57,8 +57,6 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
                 "scheduler.control",
                 "scheduler.view",
                 "scheduler.humans.followup",
-                "notify",
-                "notify.watcher",
             }
         ),
         # the command palette names FleetApp under TYPE_CHECKING; the app installs the palette
