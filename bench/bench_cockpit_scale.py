@@ -48,7 +48,16 @@ from textual.widgets import Footer, Static
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, Snapshot, Task, TaskSpec
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    EngineEvent,
+    Event,
+    Gauges,
+    Snapshot,
+    Task,
+    TaskChanged,
+    TaskSpec,
+)
 from fleet_tui.scheduler.states import TaskStatus as S
 
 SIZE = (160, 48)
@@ -235,12 +244,10 @@ async def push_load(engine: FakeEngine, app: FleetApp, rate: int, stop: asyncio.
         for t in running:
             for _ in range(per):
                 seq += 1
-                batch.append(
-                    EngineEvent(kind="event", event=Event(t.id, 1, seq, now, "text", text=f"line {seq}"))
-                )
+                batch.append(AgentEvent(Event(t.id, 1, seq, now, "text", text=f"line {seq}")))
             tokens[t.id] += 100 * per
             task = app.tasks.get(t.id, t)
-            batch.append(EngineEvent(kind="task", task=_bump(task, tokens[t.id], now)))
+            batch.append(TaskChanged(_bump(task, tokens[t.id], now)))
         engine.push(batch)
         await asyncio.sleep(tick)
 

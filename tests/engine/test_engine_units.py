@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from fleet_tui.scheduler.bus import Bus
-from fleet_tui.scheduler.model import EngineEvent
+from fleet_tui.scheduler.model import EngineEvent, Notice
 from fleet_tui.scheduler.procs.runner import LineSplitter
 from fleet_tui.scheduler.procs.shim import dump_json
 from fleet_tui.scheduler.store.protocol import StoreError, is_nfs
@@ -58,7 +58,7 @@ def test_bus_batches_and_drops_oldest_for_a_slow_reader() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             await anyio.sleep(0)
-            bus.publish([EngineEvent(kind="notice", text=str(i)) for i in range(12)])
+            bus.publish([Notice(str(i)) for i in range(12)])
             await first.wait()
         return got
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from textual.app import SuspendNotSupported
 
-from fleet_tui.scheduler.model import EngineEvent, Task
+from fleet_tui.scheduler.model import Task, TaskChanged
 from fleet_tui.screens.confirm import ConfirmScreen
 
 
@@ -79,7 +79,7 @@ class WheelKeys:
             self.notify(res.message, severity="warning")
             return
         taken = res.task
-        self.apply([EngineEvent(kind="task", task=taken)])
+        self.apply([TaskChanged(taken)])
         default = getattr(getattr(engine, "cfg", None), "default_coder", "claude")
         it = await anyio.to_thread.run_sync(
             takeover.interactive_command, engine.store, engine.home, default, taken

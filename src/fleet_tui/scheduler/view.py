@@ -21,7 +21,20 @@ from fleet_tui.scheduler import series
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import Controller, hostname
-from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, HostSeries, RateLimit, Snapshot, Task
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    EngineEvent,
+    Event,
+    Gauges,
+    GaugesChanged,
+    HostSeries,
+    Notice,
+    QuestionChanged,
+    RateLimit,
+    Snapshot,
+    Task,
+    TaskChanged,
+)
 from fleet_tui.scheduler.policy.gate import REJECTED_HOLD_S
 from fleet_tui.scheduler.policy.headroom import GIB, MemoryModel
 from fleet_tui.scheduler.states import ACTIVE
@@ -159,9 +172,9 @@ class AttachedView(Controller):
         built = await anyio.to_thread.run_sync(lambda: build_snapshot(self.store, self.cfg, self.clock()))
         snap, changed = carry_over(prev, built)
         self._snapshot = snap
-        out: list[EngineEvent] = [EngineEvent(kind="task", task=t) for t in changed]
-        out += [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
-        out.append(EngineEvent(kind="gauges", gauges=snap.gauges))
+        out: list[EngineEvent] = [TaskChanged(t) for t in changed]
+        out += [QuestionChanged(q) for q in snap.questions if q.id not in oldq]
+        out.append(GaugesChanged(snap.gauges))
         live = await anyio.to_thread.run_sync(
             lambda: bool(self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)))
         )
@@ -178,7 +191,7 @@ class AttachedView(Controller):
                 else f"no engine is running on this store{age}: nothing starts, the figures are its last"
             )
             if not (first and live):
-                out.append(EngineEvent(kind="notice", text=text))
+                out.append(Notice(text))
         self.bus.publish(out)
 
     async def poll_events(self) -> None:
@@ -202,7 +215,7 @@ class AttachedView(Controller):
 
         evs = await anyio.to_thread.run_sync(work)
         if evs:
-            self.bus.publish([EngineEvent(kind="event", event=e) for e in evs])
+            self.bus.publish([AgentEvent(e) for e in evs])
 
     async def run(self) -> None:
         """Keep the view fresh until ``shutdown``."""
