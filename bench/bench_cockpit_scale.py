@@ -47,6 +47,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import Footer, Static
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.hosted import EngineThread
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.model import (
     AgentEvent,
@@ -197,8 +198,9 @@ async def run_one(cfg: dict[str, Any]) -> dict[str, Any]:
     if kind == "bare":
         app: App[Any] = Bare()
     else:
-        run_engine = engine.run if kind == "engine" else None
-        app = FleetApp(engine, on_quit="leave", run_engine=run_engine)
+        if kind == "engine":  # hosted as `fleet-tui` does: on a thread of its own
+            engine = EngineThread(engine, engine.run)
+        app = FleetApp(engine, on_quit="leave", run_engine=engine.run if kind == "engine" else None)
     result: dict[str, Any] = {"name": cfg["name"]}
     async with app.run_test(size=SIZE) as pilot:
         if isinstance(app, FleetApp):
@@ -225,6 +227,8 @@ async def run_one(cfg: dict[str, Any]) -> dict[str, Any]:
         if kind == "engine":
             await engine.shutdown(leave_running=False)
         app.exit()
+    if kind == "engine":
+        engine.stop()
     if store is not None:
         store.close()
     tmp.cleanup()

@@ -57,7 +57,7 @@ from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.outage import Resilient, store_error_of
 from fleet_tui.scheduler.store.protocol import Store
 from fleet_tui.scheduler.store.storeclock import StoreClock
-from fleet_tui.scheduler.view import build_snapshot, carry_over, midnight
+from fleet_tui.scheduler.view import TaskMirror, build_snapshot, carry_over, midnight
 
 log = logging.getLogger("fleet_tui.engine")
 
@@ -130,6 +130,7 @@ class Engine(Controller):
         self._stopping = False
         self._leave_running = False
         self._snapshot = Snapshot(taken_at=clock())
+        self._tasks_mirror = TaskMirror()  # the snapshot's task list, kept by changes
         self._config_path = config_path
         self._watcher: Any = None
         self._tg: TaskGroup | None = None
@@ -750,6 +751,7 @@ class Engine(Controller):
                 disk=h.disk_free if h else None,
                 own_series=self.series.series(now),
                 agent_mem=(mem, source == "measured"),
+                mirror=self._tasks_mirror,  # reads only the task rows that changed
             )
 
         prev = self._snapshot
