@@ -75,9 +75,9 @@ class GaugesPane(Vertical):
 
     per_host: reactive[bool] = reactive(False, init=False)
     """Sparklines per host (``h``) instead of for the whole fleet."""
-    figures: reactive[tuple[object, ...]] = reactive((), init=False)
-    """What the bars and sparklines are drawn from: the snapshot's gauges and pulse, and the
-    second (a rate-limit hold counts down); a snapshot that changes none of them draws nothing."""
+    figures: reactive[tuple[tuple[Gauge, ...], tuple[Pulse, ...]]] = reactive(((), ()), init=False)
+    """What the pane draws: the gauge rows and the sparklines (``fleet_tui.gauges``), worked out
+    from each snapshot; a snapshot that changes neither draws nothing."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -104,21 +104,22 @@ class GaugesPane(Vertical):
 
     def show(self, snap: Snapshot, now: float) -> None:
         self.snap, self.now = snap, now
-        self.figures = (snap.gauges, snap.series, snap.hosts, int(now))
+        self.figures = (tuple(gauges(snap, now)), tuple(pulses(snap, now, per_host=self.per_host)))
 
     def watch_figures(self) -> None:
         self._draw()
 
     def watch_per_host(self) -> None:
-        self._draw()
+        if self.snap is not None:
+            self.show(self.snap, self.now)
 
     def _draw(self) -> None:
-        snap, now = self.snap, self.now
-        if snap is None:
+        if self.snap is None:  # nothing shown yet
             return
+        figure_rows, shown = self.figures
+        rows = list(figure_rows)
         width = self.content_region.width or 40
         height = self.content_region.height or 4
-        rows = gauges(snap, now)
         paired = len(rows) > height
         label_w = min(max((len(r.label) for r in rows), default=5), 10) + 1
         lines = self._pairs(rows, width) if paired else [self._line(r, width, label_w) for r in rows]
@@ -128,7 +129,7 @@ class GaugesPane(Vertical):
             f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""
         )
         room = max(height - len(lines), 0)
-        self._show_pulses(pulses(snap, now, per_host=self.per_host)[:room])
+        self._show_pulses(list(shown[:room]))
 
     # ------------------------------------------------------------------ drawing
 
