@@ -168,6 +168,7 @@ class FleetApp(WheelKeys, App[None]):
         self._jump_matches: list[str] = []
         self._jump_at = 0
         self._tasks_version = 0
+        self._stream_titles: tuple[str, str] = ("", "")
         self._header_for: tuple[object, ...] = ()
         self._header_pending = False
         self._header_at = -1.0
@@ -407,17 +408,21 @@ class FleetApp(WheelKeys, App[None]):
     def _retitle_stream(self, task_id: str | None) -> None:
         task = self.tasks.get(task_id) if task_id else None
         if task is None:
-            self.stream.border_title = "Stream"
-            self.stream.border_subtitle = ""
+            title, subtitle = "Stream", ""
+        else:
+            state = state_text(task, task.asking or task.id in self.asking)
+            subtitle = state if state != task.status.value else ""
+            model = task.model or task.spec.model
+            coder = task.coder or task.spec.coder or "default"
+            title = inert(
+                f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})"
+            )
+        if (title, subtitle) == self._stream_titles:  # a task's tokens moved: the titles did not
             return
-        state = state_text(task, task.asking or task.id in self.asking)
+        self._stream_titles = (title, subtitle)
         # Text, not str: a str title is parsed as markup, and the state holds agent text
-        self.stream.border_subtitle = Text(state) if state != task.status.value else ""
-        model = task.model or task.spec.model
-        coder = task.coder or task.spec.coder or "default"
-        self.stream.border_title = Text(
-            inert(f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})")
-        )
+        self.stream.border_title = Text(title) if task is not None else title
+        self.stream.border_subtitle = Text(subtitle) if subtitle else ""
 
     @property
     def selected(self) -> Task | None:

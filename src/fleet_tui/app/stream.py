@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widgets import RichLog
 
 from fleet_tui.app.format import event_line, inert
@@ -24,6 +26,14 @@ FILL_LIMIT = 200  # a screenful or four; the detail screen and `fleet-tui logs` 
 
 class StreamLog(RichLog):
     """Events of one task. Call ``follow`` on selection, ``offer`` for every live event."""
+
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+    """As a widget's, but a longer log is no new layout: every line written used to reflow and
+    repaint the whole screen; now only this pane and its scrollbar are redrawn."""
+
+    def watch_virtual_size(self, size: Size) -> None:
+        self._scroll_update(size)
+        self.refresh()
 
     def __init__(self, *, id: str | None = None, max_lines: int = MAX_LINES) -> None:
         super().__init__(id=id, max_lines=max_lines, wrap=False, markup=False, highlight=False)
