@@ -3,8 +3,12 @@
 The app pulls ``engine.snapshot()`` once a second for the header, gauges and elapsed times (a
 frozen view, like memray's live TUI), consumes ``engine.subscribe()`` in a worker for live task
 changes, agent events and questions, and turns keys into engine commands whose
-``CommandResult.message`` becomes a notification. When given ``run_engine`` it hosts the engine
-itself as a worker on the same asyncio loop; for ``--attach`` it only watches.
+``CommandResult.message`` becomes a notification. Both feeds go through the view model
+(``viewmodel.CockpitState``), which says what changed; ``show`` turns that into pane updates, in
+one place. ``fleet-tui`` hands the app its engine on a thread of its own (``hosted.EngineThread``):
+store I/O, parsing and snapshot building never run on the app's loop. Given ``run_engine``, the
+app awaits it in a worker (the engine stopping on its own is news); for ``--attach`` the attached
+view is hosted the same way.
 """
 
 from __future__ import annotations
