@@ -4,9 +4,10 @@ by timing anything."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ import pytest
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.hosted import EngineThread
 from fleet_tui.config import Config
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.engine import Engine
-from fleet_tui.scheduler.model import TaskSpec
+from fleet_tui.scheduler.model import EngineEvent, Notice, TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from fleet_tui.scheduler.view import AttachedView
@@ -142,3 +145,65 @@ async def test_an_attached_view_never_touches_the_store_on_the_cockpits_thread(t
         hosted.stop()
         raw.close()
     assert store.on(me) == []
+
+
+class ThreadFake:
+    """An engine that records the thread its commands run on."""
+
+    def __init__(self, crash: bool = False) -> None:
+        self.bus = Bus()
+        self.threads: list[int] = []
+        self.crash = crash
+
+    async def run(self) -> None:
+        if self.crash:
+            raise RuntimeError("store is locked")
+        await asyncio.Event().wait()
+
+    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:
+        async for batch in self.bus.subscribe():
+            yield batch
+
+    async def kill(self, ref: str) -> CommandResult:
+        self.threads.append(threading.get_ident())
+        return CommandResult(True, f"killed {ref}")
+
+
+async def test_commands_run_on_the_engines_thread_and_batches_come_back_merged() -> None:
+    fake = ThreadFake()
+    hosted = EngineThread(fake, fake.run)
+    runner = asyncio.create_task(hosted.run())
+    try:
+        assert (await hosted.kill("t-1")).message == "killed t-1"
+        assert fake.threads and fake.threads[0] != threading.get_ident()
+        assert hosted.thread is not None and fake.threads[0] == hosted.thread.ident
+        stream = hosted.subscribe().__aiter__()
+        first = asyncio.ensure_future(stream.__anext__())
+        deadline = time.monotonic() + 30
+        while fake.bus.subscribers == 0:  # the pump subscribes on the engine's loop
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+
+        async def publish(engine: ThreadFake) -> None:  # two engine-side batches, on its loop
+            engine.bus.publish([Notice("a")])
+            engine.bus.publish([Notice("b")])
+
+        await hosted.call(publish)
+        got = await asyncio.wait_for(first, 30)
+        while len(got) < 2:  # whatever arrived since the last look is one batch
+            got += await asyncio.wait_for(stream.__anext__(), 30)
+        assert got == [Notice("a"), Notice("b")]
+        await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        runner.cancel()
+        hosted.stop()
+
+
+async def test_an_engine_that_fails_on_its_thread_fails_its_run() -> None:
+    fake = ThreadFake(crash=True)
+    hosted = EngineThread(fake, fake.run)
+    try:
+        with pytest.raises(RuntimeError, match="store is locked"):
+            await hosted.run()
+    finally:
+        hosted.stop()
