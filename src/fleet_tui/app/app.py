@@ -51,6 +51,9 @@ from fleet_tui.screens.quit import QuitChoice, QuitScreen
 
 OnQuit = Literal["ask", "leave", "stop"]
 PULL_SECONDS = 1.0
+#: live changes reach the screen at most this often (one frame: the stream's new lines and the
+#: queue's changed cells together); agents publish far faster than a person reads
+FRAME_SECONDS = 0.1
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 
 
@@ -173,6 +176,7 @@ class FleetApp(WheelKeys, App[None]):
         self._jump_at = 0
         self._tasks_version = 0
         self._stream_titles: tuple[str, str] = ("", "")
+        self._frame_pending = False
         self._header_for: tuple[object, ...] = ()
         self._header_pending = False
         self._header_at = -1.0
@@ -333,6 +337,14 @@ class FleetApp(WheelKeys, App[None]):
                     self.set_timer(0.25, self._header_due)
         if self.stream.task_id is None and selected is not None:
             self._follow(selected)
+        if not self._frame_pending and (self.stream.pending or self.queue.repaint_pending):
+            self._frame_pending = True
+            self.set_timer(FRAME_SECONDS, self._frame)
+
+    def _frame(self) -> None:
+        self._frame_pending = False
+        self.stream.flush()
+        self.queue.repaint_changed()
 
     def _header_due(self) -> None:
         self._header_pending = False

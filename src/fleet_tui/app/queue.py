@@ -49,10 +49,6 @@ def focus_now(widget: Widget) -> None:
         widget.focus()
 
 
-#: how often lines whose cells changed in place are repainted (at most)
-REPAINT_SECONDS = 0.1
-
-
 class QueueView(ScrollView, can_focus=True):
     """The task queue: rows are task ids, group headers and folded counts."""
 
@@ -121,7 +117,6 @@ class QueueView(ScrollView, can_focus=True):
         self._layout_for: tuple[int, int] = (-1, -1)
         self._style_cache: dict[tuple[str, bool, str], Style] = {}
         self._repaint: set[str] = set()
-        self._repaint_pending = False
         #: lines drawn since mount (a test and the benchmark read it: cost follows the screen)
         self.lines_drawn = 0
 
@@ -172,15 +167,18 @@ class QueueView(ScrollView, can_focus=True):
         if moved:
             self._schedule_rebuild()
         if changed:
-            # cells that changed in place (tokens, cost, a waiting reason) are repainted at most
-            # 10 times a second: agents publish usage far more often than a person can read it
+            # cells that changed in place (tokens, cost, a waiting reason) wait for the next
+            # frame (``repaint_changed``): agents publish usage far more often than a person reads
             self._repaint.update(changed)
-            if not self._repaint_pending:
-                self._repaint_pending = True
-                self.set_timer(REPAINT_SECONDS, self._repaint_due)
 
-    def _repaint_due(self) -> None:
-        self._repaint_pending = False
+    @property
+    def repaint_pending(self) -> bool:
+        """Rows whose cells changed in place wait for ``repaint_changed``."""
+        return bool(self._repaint)
+
+    def repaint_changed(self) -> None:
+        """Repaint the on-screen lines whose cells changed in place (the app calls this once per
+        frame, with the stream's flush: one screen update for both)."""
         ids, self._repaint = self._repaint, set()
         for tid in ids:
             self._refresh_task(tid)
