@@ -17,8 +17,9 @@ at 160x48, and reports:
 
 The cockpit here runs on an in-process fake engine (what the cockpit costs by itself). With
 ``--engine`` one more configuration hosts the real engine (on its own thread, as ``fleet-tui``
-does) on a SQLite store of the same 10,000 tasks with the fleet paused (nothing runs): its idle CPU is the cockpit plus the engine's own
-once-a-second housekeeping and snapshot (the quiet-engine issue).
+does) on a SQLite store of the same 10,000 tasks with the fleet paused (nothing runs): its idle
+CPU is the cockpit plus the engine's own housekeeping, planning and snapshot (the quiet-engine
+issue).
 
 Goals (issue 20): start <= 1 s, idle <= 1 % of a core, load <= 25 % of a core, RSS <= 300 MB.
 It prints figures and ratios; it asserts nothing.
