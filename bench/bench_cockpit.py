@@ -1,6 +1,7 @@
 """Cockpit responsiveness under a loud fleet: N simulated agents each writing R events/s for S
 seconds (`@sim burst=R seconds=S`) while the cockpit is open (headless, 160x48), with the engine
-hosted inside it exactly as `fleet-tui` does (``FleetApp(engine, run_engine=engine.run)``).
+hosted exactly as `fleet-tui` does: on a thread of its own (``EngineThread``, app/hosted.py), the
+cockpit consuming its snapshots and batched events.
 
 Measured in one process, one run, in three phases:
 
@@ -49,6 +50,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.hosted import EngineThread
 from fleet_tui.config import Config
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import TaskSpec
@@ -365,7 +367,8 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
     store.add_tasks(specs, time.time())
     store.set_setting("fleet_paused", "1")  # the idle phase: every row there, no agent
     engine = Engine(store, home, cfg)
-    app = FleetApp(engine, run_engine=engine.run, on_quit="stop")
+    hosted = EngineThread(engine, engine.run)
+    app = FleetApp(hosted, run_engine=hosted.run, on_quit="stop")
 
     def finished() -> bool:
         tasks = engine.snapshot().tasks
@@ -379,7 +382,7 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
         try:
             print(f"idle: {args.agents} queued rows, fleet paused, {args.idle_seconds}s ...", flush=True)
             idle = await measure(app, probe, "idle (paused, no agents)", lambda: True, args.idle_seconds)
-            await engine.resume(None)
+            await hosted.resume(None)
             print(f"load: {args.agents} agents x {args.rate} events/s x {args.seconds}s ...", flush=True)
             t0 = time.perf_counter()
             cap = t0 + args.max_load_seconds
@@ -393,13 +396,14 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
                 print(
                     f"  NOT finished after {took:.1f}s (--max-load-seconds): stopping the agents", flush=True
                 )
-                await engine.pause(None)
-                await engine.shutdown(leave_running=False)
+                await hosted.pause(None)
+                await hosted.shutdown(leave_running=False)
             after = await measure(app, probe, "idle after (done rows)", lambda: True, args.idle_seconds)
         finally:
             probe.stop()
-            await engine.shutdown(leave_running=False)
+            await hosted.shutdown(leave_running=False)
         app.exit()
+    hosted.stop()
     store.close()
     report(args, [idle, load, after], check_events(home, db))
 

@@ -16,9 +16,10 @@ at 160x48, and reports:
 - memory: the peak RSS of the process.
 
 The cockpit here runs on an in-process fake engine (what the cockpit costs by itself). With
-``--engine`` one more configuration hosts the real engine on a SQLite store of the same 10,000
-tasks with the fleet paused (nothing runs): its idle CPU is the cockpit plus the engine's own
-once-a-second housekeeping and snapshot (the quiet-engine issue).
+``--engine`` one more configuration hosts the real engine (on its own thread, as ``fleet-tui``
+does) on a SQLite store of the same 10,000 tasks with the fleet paused (nothing runs): its idle
+CPU is the cockpit plus the engine's own housekeeping, planning and snapshot (the quiet-engine
+issue).
 
 Goals (issue 20): start <= 1 s, idle <= 1 % of a core, load <= 25 % of a core, RSS <= 300 MB.
 It prints figures and ratios; it asserts nothing.
@@ -47,8 +48,18 @@ from textual.app import App, ComposeResult
 from textual.widgets import Footer, Static
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.hosted import EngineThread
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, Snapshot, Task, TaskSpec
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    EngineEvent,
+    Event,
+    Gauges,
+    Snapshot,
+    Task,
+    TaskChanged,
+    TaskSpec,
+)
 from fleet_tui.scheduler.states import TaskStatus as S
 
 SIZE = (160, 48)
@@ -188,8 +199,9 @@ async def run_one(cfg: dict[str, Any]) -> dict[str, Any]:
     if kind == "bare":
         app: App[Any] = Bare()
     else:
-        run_engine = engine.run if kind == "engine" else None
-        app = FleetApp(engine, on_quit="leave", run_engine=run_engine)
+        if kind == "engine":  # hosted as `fleet-tui` does: on a thread of its own
+            engine = EngineThread(engine, engine.run)
+        app = FleetApp(engine, on_quit="leave", run_engine=engine.run if kind == "engine" else None)
     result: dict[str, Any] = {"name": cfg["name"]}
     async with app.run_test(size=SIZE) as pilot:
         if isinstance(app, FleetApp):
@@ -216,6 +228,8 @@ async def run_one(cfg: dict[str, Any]) -> dict[str, Any]:
         if kind == "engine":
             await engine.shutdown(leave_running=False)
         app.exit()
+    if kind == "engine":
+        engine.stop()
     if store is not None:
         store.close()
     tmp.cleanup()
@@ -235,12 +249,10 @@ async def push_load(engine: FakeEngine, app: FleetApp, rate: int, stop: asyncio.
         for t in running:
             for _ in range(per):
                 seq += 1
-                batch.append(
-                    EngineEvent(kind="event", event=Event(t.id, 1, seq, now, "text", text=f"line {seq}"))
-                )
+                batch.append(AgentEvent(Event(t.id, 1, seq, now, "text", text=f"line {seq}")))
             tokens[t.id] += 100 * per
             task = app.tasks.get(t.id, t)
-            batch.append(EngineEvent(kind="task", task=_bump(task, tokens[t.id], now)))
+            batch.append(TaskChanged(_bump(task, tokens[t.id], now)))
         engine.push(batch)
         await asyncio.sleep(tick)
 

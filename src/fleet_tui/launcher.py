@@ -137,22 +137,29 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
             file=sys.stderr,
         )
         return 1
+    from fleet_tui.app.hosted import EngineThread
+
     cfg = ctx.cfg
     store = ctx.store
     if attach:
         from fleet_tui.scheduler.view import AttachedView
 
         view = AttachedView(store, ctx.home, cfg)
+        hosted = EngineThread(view, view.run)  # store reads off the cockpit's loop (issue 14)
         app = _app(
-            view, title=f"{title} (attached)", on_quit="leave", run_engine=view.run, base_dir=os.getcwd()
+            hosted, title=f"{title} (attached)", on_quit="leave", run_engine=hosted.run, base_dir=os.getcwd()
         )
     else:
         from fleet_tui.scheduler.engine import Engine
 
         engine = Engine(store, ctx.home, cfg, config_path=ctx.config_path)
-        app = _app(engine, title=title, on_quit=cfg.on_quit, run_engine=engine.run, base_dir=os.getcwd())
+        hosted = EngineThread(engine, engine.run)  # the engine on a thread of its own (issue 14)
+        app = _app(hosted, title=title, on_quit=cfg.on_quit, run_engine=hosted.run, base_dir=os.getcwd())
         _terminal_notifications(engine, app)
-    app.run()
+    try:
+        app.run()
+    finally:
+        hosted.stop()
     return 0
 
 

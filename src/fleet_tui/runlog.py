@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import anyio
 
 from fleet_tui.scheduler.humans.inbox import sanitize_for_display
-from fleet_tui.scheduler.model import EngineEvent, Task
+from fleet_tui.scheduler.model import EngineEvent, Notice, Question, QuestionChanged, Task, TaskChanged
 from fleet_tui.scheduler.states import TaskStatus
 
 EXIT_NEEDS_PERSON = 3
@@ -66,24 +66,27 @@ class RunPrinter:
 
     def feed(self, batch: Sequence[EngineEvent]) -> None:
         for ev in batch:
-            if ev.kind == "task" and ev.task is not None:
-                self._task(ev.task)
-            elif ev.kind == "question" and ev.question is not None:
-                q = ev.question
-                if q.id in self.questions:
-                    continue
-                self.questions.add(q.id)
-                name = self.names.get(q.task_id, q.task_id)
-                opts = f" [{' | '.join(_clean(o) for o in q.options)}]" if q.options else ""
-                self._emit(
-                    "question",
-                    f"{name} asks ({q.id}): {_clean(q.text)}{opts}",
-                    task=name,
-                    task_id=q.task_id,
-                    question=q.id,
-                )
-            elif ev.kind == "notice" and ev.text:
-                self._emit("notice", f"notice: {_clean(ev.text)}")
+            match ev:
+                case TaskChanged(task):
+                    self._task(task)
+                case QuestionChanged(q):
+                    self._question(q)
+                case Notice(text) if text:
+                    self._emit("notice", f"notice: {_clean(text)}")
+
+    def _question(self, q: Question) -> None:
+        if q.id in self.questions:
+            return
+        self.questions.add(q.id)
+        name = self.names.get(q.task_id, q.task_id)
+        opts = f" [{' | '.join(_clean(o) for o in q.options)}]" if q.options else ""
+        self._emit(
+            "question",
+            f"{name} asks ({q.id}): {_clean(q.text)}{opts}",
+            task=name,
+            task_id=q.task_id,
+            question=q.id,
+        )
 
     def _task(self, t: Task) -> None:
         self.names[t.id] = t.name

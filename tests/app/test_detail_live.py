@@ -11,7 +11,7 @@ from rich.console import Console
 from textual.widgets import RichLog, Static
 
 from fleet_tui.app.app import FleetApp
-from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Transition
+from fleet_tui.scheduler.model import AgentEvent, Attempt, Event, TaskChanged, Transition
 from fleet_tui.screens.detail import DetailScreen
 
 from . import scenarios as sc
@@ -92,8 +92,8 @@ async def test_detail_follows_the_running_task() -> None:
         now[0] += 60
         task = app.tasks["t-0002"]
         engine.push(
-            EngineEvent(kind="task", task=replace(task, tokens=55_000, updated_at=now[0])),
-            EngineEvent(kind="event", event=Event("t-0002", 2, 10, now[0], "text", text="tests pass now")),
+            TaskChanged(replace(task, tokens=55_000, updated_at=now[0])),
+            AgentEvent(Event("t-0002", 2, 10, now[0], "text", text="tests pass now")),
         )
         await wait_for(pilot, lambda: "55k" in rendered(screen.query_one("#overview", Static)), "tokens live")
         assert "1m40s" in rendered(screen.query_one("#overview", Static))  # the clock moved on
@@ -107,9 +107,7 @@ async def test_detail_follows_the_running_task() -> None:
         ]
         from fleet_tui.scheduler.states import TaskStatus
 
-        engine.push(
-            EngineEvent(kind="task", task=replace(task, status=TaskStatus.VERIFYING, updated_at=now[0] + 1))
-        )
+        engine.push(TaskChanged(replace(task, status=TaskStatus.VERIFYING, updated_at=now[0] + 1)))
         await wait_for(
             pilot,
             lambda: "running -> verifying" in rendered(screen.query_one("#overview", Static)),

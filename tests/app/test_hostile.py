@@ -19,7 +19,7 @@ from textual.widgets import TabbedContent
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.model import EngineEvent
+from fleet_tui.scheduler.model import Notice
 from fleet_tui.screens.confirm import ConfirmScreen
 from fleet_tui.screens.detail import DetailScreen
 
@@ -80,7 +80,7 @@ async def test_toasts_are_inert() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot)
         await wait_for(pilot, lambda: engine.subscribers, "subscription")
-        engine.push(EngineEvent(kind="notice", text="notice " + sc.HOSTILE))
+        engine.push(Notice("notice " + sc.HOSTILE))
         await pilot.press("r")
         await wait_for(pilot, lambda: len(app._notifications) >= 2, "two toasts")
         # the toast draws the notification's message as plain text (markup off)

@@ -13,7 +13,16 @@ from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.stream import MAX_LINES
-from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    Event,
+    GaugesChanged,
+    Notice,
+    Question,
+    QuestionChanged,
+    Snapshot,
+    TaskChanged,
+)
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.screens.confirm import ConfirmScreen
 from fleet_tui.screens.detail import DetailScreen
@@ -48,9 +57,9 @@ async def test_new_question_rings_once_and_is_answered_inline() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: engine.subscribers, "subscription")
         assert app.bells == 0
-        engine.push(EngineEvent(kind="question", question=q))
+        engine.push(QuestionChanged(q))
         await wait_for(pilot, lambda: app.questions, "question")
-        engine.push(EngineEvent(kind="question", question=q))  # the same question again
+        engine.push(QuestionChanged(q))  # the same question again
         app.pull()  # and the snapshot (which does not have it yet) must not drop it
         await pilot.pause()
         assert app.bells == 1
@@ -62,9 +71,7 @@ async def test_new_question_rings_once_and_is_answered_inline() -> None:
         await pilot.press("enter")
         await wait_for(pilot, lambda: engine.calls, "answer")
         assert engine.calls == [("answer", ("q-9", "uuid please"))]
-        engine.push(
-            EngineEvent(kind="question", question=replace(q, status="answered", answer="uuid please"))
-        )
+        engine.push(QuestionChanged(replace(q, status="answered", answer="uuid please")))
         await wait_for(pilot, lambda: not app.questions, "question gone")
         assert "question" not in header(app)
         assert app.queue.get_cell("t-0002", "state") == "running"
@@ -223,7 +230,7 @@ async def test_live_task_changes_repaint_one_line_not_the_table() -> None:
         table.refresh_line = lambda y: (lines.append(y), real_refresh_line(y))  # type: ignore[method-assign,func-returns-value]
         api = app.tasks["t-0002"]
         row = table.task_ids().index("t-0002") + 1  # line 0 is the column header
-        engine.push(EngineEvent(kind="task", task=replace(api, tokens=20_000, updated_at=sc.NOW)))
+        engine.push(TaskChanged(replace(api, tokens=20_000, updated_at=sc.NOW)))
         await wait_for(pilot, lambda: table.get_cell("t-0002", "tokens") == "20k", "tokens cell")
         assert lines == [row] and rebuilds == []
         new = replace(
@@ -233,7 +240,7 @@ async def test_live_task_changes_repaint_one_line_not_the_table() -> None:
             status=TaskStatus.QUEUED,
             updated_at=sc.NOW + 1,  # newer than the snapshot: a pull in between must keep it
         )
-        engine.push(EngineEvent(kind="task", task=new))
+        engine.push(TaskChanged(new))
         await wait_for(pilot, lambda: table.row_count == 5, "new row")
         snap = engine.snapshot()
         engine.set_snapshot(Snapshot(taken_at=sc.NOW, tasks=snap.tasks[1:], gauges=snap.gauges))
@@ -255,9 +262,9 @@ async def test_stream_fills_then_follows_live_without_duplicates() -> None:
         assert filled == 10
         old = engine.events_by_task["t-0002"][-1]
         engine.push(
-            EngineEvent(kind="event", event=old),  # already shown by the fill
-            EngineEvent(kind="event", event=Event("t-0002", 2, 10, sc.NOW, "text", text="live line")),
-            EngineEvent(kind="event", event=Event("t-0003", 1, 1, sc.NOW, "text", text="other task")),
+            AgentEvent(old),  # already shown by the fill
+            AgentEvent(Event("t-0002", 2, 10, sc.NOW, "text", text="live line")),
+            AgentEvent(Event("t-0003", 1, 1, sc.NOW, "text", text="other task")),
         )
         await pilot.pause()
         app.stream.flush()
@@ -273,9 +280,9 @@ async def test_gauges_and_notice_events() -> None:
         await wait_for(pilot, lambda: engine.subscribers)
         engine.set_paused(True)  # the engine's snapshot agrees, whenever the 1 s pull runs
         g = engine.snapshot().gauges
-        engine.push(EngineEvent(kind="gauges", gauges=g), EngineEvent(kind="notice", text="lost 3 batches"))
+        engine.push(GaugesChanged(g), Notice("lost 3 batches"))
         await wait_for(pilot, lambda: app.snap.gauges.paused)
-        app.refresh_views()
+        app.pull()
         assert "PAUSED" in header(app)
         assert any("lost 3 batches" in n.message for n in app._notifications)
 

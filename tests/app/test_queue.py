@@ -18,7 +18,7 @@ from fleet_tui.app.columns import layout
 from fleet_tui.app.format import parse_filter
 from fleet_tui.app.order import QueueModel, Row, fuzzy_score, sort_key
 from fleet_tui.repos import repo_labels, repo_root
-from fleet_tui.scheduler.model import EngineEvent, Question, Snapshot
+from fleet_tui.scheduler.model import Question, QuestionChanged, Snapshot, TaskChanged
 from fleet_tui.scheduler.states import TaskStatus as S
 from fleet_tui.scheduler.view import carry_over
 
@@ -175,9 +175,7 @@ async def test_cursor_stays_on_its_task_while_rows_reorder() -> None:
             t for t in app.tasks.values() if queue.model.group_of(t.id) == group and t.status == S.QUEUED
         ]
         movers = [t for t in movers if t.id != target][:20]
-        engine.push(
-            *(EngineEvent(kind="task", task=replace(t, status=S.RUNNING, updated_at=sc.NOW)) for t in movers)
-        )
+        engine.push(*(TaskChanged(replace(t, status=S.RUNNING, updated_at=sc.NOW)) for t in movers))
         await wait_for(pilot, lambda: app.tasks[movers[-1].id].status == S.RUNNING, "moves applied")
         await pilot.pause()
         assert queue.selected_id == target
@@ -185,11 +183,7 @@ async def test_cursor_stays_on_its_task_while_rows_reorder() -> None:
         # one task's change that does not move it repaints its line only
         drawn = queue.lines_drawn
         t = app.tasks[target]
-        engine.push(
-            EngineEvent(
-                kind="task", task=replace(t, waiting="rate limit resets 17:05", updated_at=sc.NOW + 1)
-            )
-        )
+        engine.push(TaskChanged(replace(t, waiting="rate limit resets 17:05", updated_at=sc.NOW + 1)))
         await wait_for(pilot, lambda: app.tasks[target].waiting == "rate limit resets 17:05", "change")
         await pilot.pause()
         assert queue.selected_id == target
@@ -207,8 +201,8 @@ async def test_idle_cockpit_draws_nothing() -> None:
         await pilot.pause()
         drawn = queue.lines_drawn
         updates: list[str] = []
-        real = queue.update_task
-        queue.update_task = lambda task, *a, **k: (updates.append(task.id), real(task, *a, **k))  # type: ignore[method-assign,func-returns-value]
+        real = queue.apply
+        queue.apply = lambda tasks, *a, **k: (updates.extend(t.id for t in tasks), real(tasks, *a, **k))  # type: ignore[method-assign,func-returns-value]
         for _ in range(3):
             app.pull()
             await pilot.pause()
@@ -323,7 +317,7 @@ async def test_agent_text_in_cells_is_inert() -> None:
         await wait_for(pilot, lambda: engine.subscribers, "subscription")
         t = app.tasks["t-0004"]
         bad = replace(t, status=S.NEEDS_HUMAN, reason=hostile, host="box\x1b[31m1", updated_at=sc.NOW)
-        engine.push(EngineEvent(kind="task", task=bad))
+        engine.push(TaskChanged(bad))
         await wait_for(pilot, lambda: app.tasks["t-0004"].reason == hostile, "hostile reason")
         await pilot.pause()
         cell = app.queue.get_cell("t-0004", "state")
@@ -354,7 +348,7 @@ async def test_question_moves_its_task_to_the_top() -> None:
         root = f"{ROOT}/billing"
         tid = next(t for _, t in reversed(app.queue.model._sorted[root]) if app.tasks[t].status == S.QUEUED)
         app.queue.select_id(tid)
-        engine.push(EngineEvent(kind="question", question=Question("q-x", tid, 1, sc.NOW, "Which one?")))
+        engine.push(QuestionChanged(Question("q-x", tid, 1, sc.NOW, "Which one?")))
         await wait_for(pilot, lambda: app.questions, "question")
         await pilot.pause()
         group = app.queue.model.index(Row("group", root))

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from fleet_tui.scheduler.bus import Bus
-from fleet_tui.scheduler.model import EngineEvent
+from fleet_tui.scheduler.model import EngineEvent, Notice
 from fleet_tui.scheduler.procs.runner import LineSplitter
 from fleet_tui.scheduler.procs.shim import dump_json
 from fleet_tui.scheduler.store.protocol import StoreError, is_nfs
@@ -60,12 +60,12 @@ def test_bus_batches_and_drops_oldest_for_a_slow_reader() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             await anyio.sleep(0)
-            bus.publish([EngineEvent(kind="notice", text=str(i)) for i in range(12)])
+            bus.publish([Notice(str(i)) for i in range(12)])
             await first.wait()
         return got
 
     got = anyio.run(main)
-    flat = [e.text for b in got for e in b]
+    flat = [e.text for b in got for e in b if isinstance(e, Notice)]
     assert flat[0] is not None and "7 events skipped" in flat[0]
     assert flat[1:] == ["7", "8", "9", "10", "11"]
 

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,7 +30,7 @@ import pytest
 from fleet_tui.coders.base import get_coder
 from fleet_tui.config import Config, load_config
 from fleet_tui.scheduler.engine import Engine
-from fleet_tui.scheduler.model import Attempt, Event, Outcome, Task, TaskSpec, VerifySpec
+from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Notice, Outcome, Task, TaskSpec, VerifySpec
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, read_headroom
 from fleet_tui.scheduler.policy.outcome import (
     RATE_LIMIT_BACKOFF_S,
@@ -1040,8 +1040,8 @@ async def test_config_hot_reload_while_tasks_run_and_a_broken_edit_keeps_the_las
     notices: list[str] = []
     publish = f.engine.bus.publish
 
-    def spy(items: list[Any]) -> None:
-        notices.extend(e.text for e in items if e.kind == "notice" and e.text)
+    def spy(items: Sequence[EngineEvent]) -> None:
+        notices.extend(e.text for e in items if isinstance(e, Notice) and e.text)
         publish(items)
 
     f.engine.bus.publish = spy  # type: ignore[method-assign]

@@ -310,6 +310,41 @@ def test_set_waiting(store: Any) -> None:
     store.set_waiting({})
 
 
+def test_tasks_changed_since(store: Any) -> None:
+    """A copy of the task list kept current from the changes alone matches a full read."""
+    a, b, c = store.add_tasks([spec("a"), spec("b"), spec("c")], NOW)
+    first = store.tasks_changed_since(None)
+    assert first.full and [t.id for t in first.tasks] == [a.id, b.id, c.id]
+    mirror = {t.id: t for t in first.tasks}
+    marker = first.marker
+
+    def catch_up() -> set[str]:
+        nonlocal marker
+        got = store.tasks_changed_since(marker)
+        marker = got.marker
+        if got.full:
+            mirror.clear()
+        mirror.update({t.id: t for t in got.tasks})
+        assert mirror == {t.id: t for t in store.list_tasks()}
+        return {t.id for t in got.tasks}
+
+    catch_up()  # nothing happened: nothing (or, a store unable to tell, every task)
+    store.set_waiting({b.id: "memory low"})
+    assert b.id in catch_up()
+    (d,) = store.add_tasks([spec("d")], NOW + 1)
+    assert d.id in catch_up()
+    claim(store, only_task=a.id)
+    assert a.id in catch_up()
+    store.add_question(c.id, 1, "sure?", [], NOW + 2)  # asking is part of the task
+    assert c.id in catch_up() and mirror[c.id].asking
+    store.close_questions(c.id, "cancelled", NOW + 3)
+    assert c.id in catch_up() and not mirror[c.id].asking
+    if isinstance(store, SqliteStore):  # the change counter: only what changed is read
+        assert catch_up() == set()
+        store.set_waiting({d.id: "slots full"})
+        assert catch_up() == {d.id}
+
+
 # -- engines and leases ----------------------------------------------------------------------------
 def test_engines_heartbeat_and_leases(store: Any) -> None:
     store.add_tasks([spec("a"), spec("b"), spec("c")], NOW)

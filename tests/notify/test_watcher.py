@@ -17,7 +17,7 @@ from fleet_tui.notify.notice import Notice
 from fleet_tui.notify.send import Worker, split_entry, terminal_sequence
 from fleet_tui.notify.watcher import Watcher
 from fleet_tui.scheduler.bus import Bus
-from fleet_tui.scheduler.model import EngineEvent, Gauges, RateLimit, Snapshot, Task, TaskSpec
+from fleet_tui.scheduler.model import Gauges, GaugesChanged, RateLimit, Snapshot, Task, TaskChanged, TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
@@ -86,9 +86,9 @@ async def test_kinds_done_per_task_rate_limits_drained_and_one_send_per_event(tm
     for w in (a, b):
         w.engine.snap = Snapshot(taken_at=0.0, tasks=running)  # type: ignore[attr-defined]
         for t in running:
-            await w.handle(EngineEvent(kind="task", task=t))
+            await w.handle(TaskChanged(t))
         for t in finished:
-            await w.handle(EngineEvent(kind="task", task=t))
+            await w.handle(TaskChanged(t))
     # "done" is not in notify_events: only the task that asked for it, and the done-only target
     assert everything.titles(1)[:1] == ["one done"]
     assert sorted(done_only.titles(2)) == ["one done", "two done"]
@@ -98,7 +98,7 @@ async def test_kinds_done_per_task_rate_limits_drained_and_one_send_per_event(tm
     for w in (a, b):
         w.engine.snap = Snapshot(taken_at=0.0, tasks=finished)  # type: ignore[attr-defined]
         for g in (limited, limited, lifted, lifted):
-            await w.handle(EngineEvent(kind="gauges", gauges=g))
+            await w.handle(GaugesChanged(g))
     titles = everything.titles(4)
     assert titles == ["one done", "claude rate-limited", "fleet drained: nothing left to run",
                       "claude rate limit lifted"]  # fmt: skip

@@ -3,8 +3,12 @@
 The app pulls ``engine.snapshot()`` once a second for the header, gauges and elapsed times (a
 frozen view, like memray's live TUI), consumes ``engine.subscribe()`` in a worker for live task
 changes, agent events and questions, and turns keys into engine commands whose
-``CommandResult.message`` becomes a notification. When given ``run_engine`` it hosts the engine
-itself as a worker on the same asyncio loop; for ``--attach`` it only watches.
+``CommandResult.message`` becomes a notification. Both feeds go through the view model
+(``viewmodel.CockpitState``), which says what changed; ``show`` turns that into pane updates, in
+one place. ``fleet-tui`` hands the app its engine on a thread of its own (``hosted.EngineThread``):
+store I/O, parsing and snapshot building never run on the app's loop. Given ``run_engine``, the
+app awaits it in a worker (the engine stopping on its own is news); for ``--attach`` the attached
+view is hosted the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import os
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -34,10 +37,11 @@ from fleet_tui.app.order import SORTS, Row
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, JumpInput, QueueView, focus_now
 from fleet_tui.app.stream import FILL_LIMIT, StreamLog
+from fleet_tui.app.viewmodel import Changes, CockpitState
 from fleet_tui.app.wheel import WheelKeys
 from fleet_tui.gauges import Gauge, gauges
 from fleet_tui.scheduler.api import CommandResult, EngineAPI
-from fleet_tui.scheduler.model import EngineEvent, Event, Question, Snapshot, Task, TaskSpec
+from fleet_tui.scheduler.model import EngineEvent, Question, Snapshot, Task, TaskChanged, TaskSpec
 from fleet_tui.scheduler.states import ACTIVE, TERMINAL, TaskStatus
 from fleet_tui.screens.confirm import ConfirmScreen
 from fleet_tui.screens.detail import DetailScreen
@@ -47,6 +51,9 @@ from fleet_tui.screens.quit import QuitChoice, QuitScreen
 
 OnQuit = Literal["ask", "leave", "stop"]
 PULL_SECONDS = 1.0
+#: live changes reach the screen at most this often (one frame: the stream's new lines and the
+#: queue's changed cells together); agents publish far faster than a person reads
+FRAME_SECONDS = 0.1
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 
 
@@ -152,10 +159,8 @@ class FleetApp(WheelKeys, App[None]):
         self.clock: Callable[[], float] = clock or time.time
         self.run_engine = run_engine
         self.base_dir = base_dir
-        self.snap = Snapshot(taken_at=0.0)
-        self.tasks: dict[str, Task] = {}
-        self.questions: dict[str, Question] = {}
-        self._seen_questions: set[str] = set()
+        #: the fleet as shown: tasks, questions, the last snapshot (Textual-free, viewmodel.py)
+        self.state = CockpitState()
         self._painted = False
         self._quitting = False
         self.bells = 0
@@ -169,8 +174,9 @@ class FleetApp(WheelKeys, App[None]):
         self._jump_from: Row | None = None
         self._jump_matches: list[str] = []
         self._jump_at = 0
-        self._snap_tasks: tuple[Task, ...] | None = None
         self._tasks_version = 0
+        self._stream_titles: tuple[str, str] = ("", "")
+        self._frame_pending = False
         self._header_for: tuple[object, ...] = ()
         self._header_pending = False
         self._header_at = -1.0
@@ -251,13 +257,24 @@ class FleetApp(WheelKeys, App[None]):
     # ------------------------------------------------------------------ engine -> view
 
     @property
+    def tasks(self) -> dict[str, Task]:
+        return self.state.tasks
+
+    @property
+    def questions(self) -> dict[str, Question]:
+        return self.state.questions
+
+    @property
+    def snap(self) -> Snapshot:
+        return self.state.snap
+
+    @property
     def asking(self) -> frozenset[str]:
-        return frozenset(q.task_id for q in self.questions.values())
+        return self.state.asking
 
     def pull(self) -> None:
-        """Take a snapshot and bring every pane up to date. Only what changed is touched: the same
-        task tuple as last time costs nothing, and a task object the cockpit already holds is
-        skipped by identity (the engine hands unchanged tasks over as the same objects)."""
+        """Take the engine's latest snapshot (an immutable value it keeps ready: no I/O here) and
+        bring the panes up to date."""
         if self._quitting:
             return
         try:
@@ -265,54 +282,73 @@ class FleetApp(WheelKeys, App[None]):
         except Exception as exc:
             self.notify(f"snapshot failed: {exc}", severity="error")
             return
-        if snap.tasks is not self._snap_tasks:
-            self._snap_tasks = snap.tasks
-            self._merge_tasks(snap)
-        pending = {q.id: q for q in snap.questions if q.status == "pending"}
-        for qid, q in self.questions.items():  # asked after the snapshot was taken
-            if qid not in pending and q.asked_at >= snap.taken_at:
-                pending[qid] = q
-        self.snap = snap
-        if pending != self.questions or not self._painted:
-            self._set_questions(pending)
-        self.refresh_views()
+        self.show(self.state.apply_snapshot(snap))
 
-    def _merge_tasks(self, snap: Snapshot) -> None:
-        tasks = self.tasks
-        first = not tasks
-        changed: list[Task] = []
-        for task in snap.tasks:
-            live = tasks.get(task.id)
-            if live is task or (live is not None and live.updated_at > task.updated_at):
-                continue
-            if live is None or live != task:
-                tasks[task.id] = task
-                changed.append(task)
-        gone: list[str] = []
-        if len(tasks) != len(snap.tasks):
-            ids = {t.id for t in snap.tasks}
-            # a task added (live) after the snapshot was taken stays
-            gone = [tid for tid, t in tasks.items() if tid not in ids and t.updated_at < snap.taken_at]
-            for tid in gone:
-                del tasks[tid]
-        if first:
-            self.queue.sync(tasks.values(), asking=self.asking)
-        else:
-            for task in changed:
-                self.queue.update_task(task, asking=task.id in self.asking)
-            for tid in gone:
-                self.queue.remove_task(tid)
-        if changed or gone:
-            self._tasks_version += 1
+    def apply(self, batch: Iterable[EngineEvent]) -> None:
+        """Apply one batch of live engine events to the panes."""
+        self.show(self.state.apply(batch))
 
-    def refresh_views(self) -> None:
+    def show(self, changes: Changes) -> None:
+        """The one fan-out from state to panes: each pane touched only for what changed."""
         now = self.clock()
-        self.queue.tick()
-        if self.stream.task_id is None and self.queue.selected_id is not None:
-            self._follow(self.queue.selected_id)
-        self._retitle_queue()
-        self._show_header(now)
-        self.gauges.show(self.snap, now)
+        panes = changes.panes
+        if "inbox" in panes:
+            tasks = self.tasks
+            self.inbox.set_items(
+                [
+                    InboxItem(q, tasks[q.task_id].name if q.task_id in tasks else q.task_id)
+                    for q in sorted(self.questions.values(), key=lambda q: q.asked_at)
+                ]
+            )
+            if changes.new_questions and self._painted:
+                self.bell()
+                self.bells += 1
+        if "queue" in panes:
+            asking = self.asking
+            flipped = [self.tasks[tid] for tid in changes.asking_flipped if tid in self.tasks]
+            self.queue.apply([*changes.tasks, *flipped], changes.gone, asking)
+        if changes.tasks or changes.gone:
+            self._tasks_version += 1
+        for text in changes.notices:
+            self.notify(text, severity="warning")
+        if changes.events:
+            self.stream.offer(list(changes.events))
+            for screen in self.screen_stack:  # an open detail screen follows its task's log
+                if isinstance(screen, DetailScreen):
+                    screen.offer(list(changes.events))
+        selected = self.queue.selected_id
+        if selected is not None and selected in changes.rows:
+            self._retitle_stream(selected)
+        if changes.snapshot:
+            self.queue.tick()  # elapsed times run
+            self._retitle_queue()
+            self._show_header(now)
+            self.gauges.show(self.snap, now)
+        else:
+            if "queue" in panes or changes.questions:
+                self._retitle_queue()
+            if changes.counts or changes.questions or changes.gauges:
+                # recounting every task: at once for a question or the first change in a while,
+                # then at most 4 times a second while tasks keep changing
+                if changes.questions or time.monotonic() - self._header_at >= 0.25:
+                    self._show_header(now)
+                elif not self._header_pending:
+                    self._header_pending = True
+                    self.set_timer(0.25, self._header_due)
+        if self.stream.task_id is None and selected is not None:
+            self._follow(selected)
+        if not self._frame_pending and (self.stream.pending or self.queue.repaint_pending):
+            self._frame_pending = True
+            self.set_timer(FRAME_SECONDS, self._frame)
+
+    def _frame(self) -> None:
+        self._frame_pending = False
+        self.stream.flush()
+        self.queue.repaint_changed()
+
+    def _header_due(self) -> None:
+        self._header_pending = False
+        self._show_header(self.clock())
 
     def _show_header(self, now: float) -> None:
         """The header counts every task: recount only when tasks, questions or gauges changed
@@ -328,7 +364,7 @@ class FleetApp(WheelKeys, App[None]):
             return
         self._header_for = key
         self._header_at = time.monotonic()
-        self.header.show(self.fleet_title, self._snap_now(), len(self.questions), now)
+        self.header.show(self.fleet_title, self.state.now(), len(self.questions), now)
 
     def on_resize(self) -> None:
         self.call_after_refresh(lambda: self._show_header(self.clock()))
@@ -336,9 +372,6 @@ class FleetApp(WheelKeys, App[None]):
     def gauges_rows(self) -> list[Gauge]:
         """The gauges as the pane shows them now (for the palette and tests)."""
         return gauges(self.snap, self.clock())
-
-    def _snap_now(self) -> Snapshot:
-        return replace(self.snap, tasks=tuple(self.tasks.values()))
 
     def _retitle_queue(self) -> None:
         model = self.queue.model
@@ -356,20 +389,6 @@ class FleetApp(WheelKeys, App[None]):
         if self.queue_pane.border_title != title:
             self.queue_pane.border_title = title
 
-    def _set_questions(self, pending: dict[str, Question]) -> None:
-        new = [qid for qid in pending if qid not in self._seen_questions]
-        self._seen_questions.update(pending)
-        self.questions = pending
-        items = [
-            InboxItem(q, self.tasks[q.task_id].name if q.task_id in self.tasks else q.task_id)
-            for q in sorted(pending.values(), key=lambda q: q.asked_at)
-        ]
-        self.inbox.set_items(items)
-        self.queue.set_asking(self.asking)
-        if new and self._painted:
-            self.bell()
-            self.bells += 1
-
     async def _consume(self) -> None:
         """Follow ``engine.subscribe()``; if the stream breaks, say so and reconnect."""
         delay = 0.5
@@ -385,69 +404,6 @@ class FleetApp(WheelKeys, App[None]):
                 self.notify(f"event stream lost ({exc}); reconnecting", severity="warning")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
-
-    def apply(self, batch: Iterable[EngineEvent]) -> None:
-        """Apply one batch of live engine events to the panes."""
-        events: list[Event] = []
-        questions = dict(self.questions)
-        questions_changed = False
-        changed: list[Task] = []
-        recount = False  # the header counts states: only a new task or a new state changes them
-        for ee in batch:
-            if ee.kind == "task" and ee.task is not None:
-                old = self.tasks.get(ee.task.id)
-                if old is None or ee.task.updated_at >= old.updated_at:
-                    self.tasks[ee.task.id] = ee.task
-                    changed.append(ee.task)
-                    if old is None or old.status != ee.task.status:
-                        recount = True
-            elif ee.kind == "event" and ee.event is not None:
-                events.append(ee.event)
-            elif ee.kind == "question" and ee.question is not None:
-                q = ee.question
-                questions_changed = True
-                if q.status == "pending":
-                    questions[q.id] = q
-                else:
-                    questions.pop(q.id, None)
-            elif ee.kind == "gauges" and ee.gauges is not None:
-                self.snap = replace(self.snap, gauges=ee.gauges)
-            elif ee.kind == "notice" and ee.text:
-                self.notify(ee.text, severity="warning")
-        now = self.clock()
-        before = self.asking
-        if questions_changed:
-            self._set_questions(questions)
-        after = self.asking
-        touched = {t.id for t in changed} | (before ^ after)
-        for tid in touched:
-            if tid in self.tasks:
-                self.queue.update_task(self.tasks[tid], asking=tid in after)
-        if events:
-            self.stream.offer(events)
-            for screen in self.screen_stack:  # an open detail screen follows its task's log
-                if isinstance(screen, DetailScreen):
-                    screen.offer(events)
-        selected = self.queue.selected_id
-        if selected in touched:
-            self._retitle_stream(selected)
-        if changed or questions_changed:
-            self._retitle_queue()
-        if recount or questions_changed:
-            self._tasks_version += 1
-            # recounting every task: at once for a question or the first change in a while, then
-            # at most 4 times a second while tasks keep changing
-            if questions_changed or time.monotonic() - self._header_at >= 0.25:
-                self._show_header(now)
-            elif not self._header_pending:
-                self._header_pending = True
-                self.set_timer(0.25, self._header_due)
-        if self.stream.task_id is None and selected is not None:
-            self._follow(selected)
-
-    def _header_due(self) -> None:
-        self._header_pending = False
-        self._show_header(self.clock())
 
     # ------------------------------------------------------------------ selection
 
@@ -468,17 +424,21 @@ class FleetApp(WheelKeys, App[None]):
     def _retitle_stream(self, task_id: str | None) -> None:
         task = self.tasks.get(task_id) if task_id else None
         if task is None:
-            self.stream.border_title = "Stream"
-            self.stream.border_subtitle = ""
+            title, subtitle = "Stream", ""
+        else:
+            state = state_text(task, task.asking or task.id in self.asking)
+            subtitle = state if state != task.status.value else ""
+            model = task.model or task.spec.model
+            coder = task.coder or task.spec.coder or "default"
+            title = inert(
+                f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})"
+            )
+        if (title, subtitle) == self._stream_titles:  # a task's tokens moved: the titles did not
             return
-        state = state_text(task, task.asking or task.id in self.asking)
+        self._stream_titles = (title, subtitle)
         # Text, not str: a str title is parsed as markup, and the state holds agent text
-        self.stream.border_subtitle = Text(state) if state != task.status.value else ""
-        model = task.model or task.spec.model
-        coder = task.coder or task.spec.coder or "default"
-        self.stream.border_title = Text(
-            inert(f"Stream: {task.name} ({coder}{' ' + model if model else ''}, attempt {task.attempt})")
-        )
+        self.stream.border_title = Text(title) if task is not None else title
+        self.stream.border_subtitle = Text(subtitle) if subtitle else ""
 
     @property
     def selected(self) -> Task | None:
@@ -504,7 +464,7 @@ class FleetApp(WheelKeys, App[None]):
             severity="information" if result.ok else "warning",
         )
         if result.task is not None:
-            self.apply([EngineEvent(kind="task", task=result.task)])
+            self.apply([TaskChanged(result.task)])
         return result
 
     def send(self, call: Callable[[], Awaitable[CommandResult]]) -> None:

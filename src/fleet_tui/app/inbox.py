@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -46,6 +47,9 @@ class Inbox(Vertical):
     class Done(Message):
         """The answer form closed (sent or cancelled): the app puts focus back on the queue."""
 
+    pending: reactive[tuple[InboxItem, ...]] = reactive((), init=False)
+    """The pending questions shown, oldest first; the list is rebuilt only when they change."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.items: dict[str, InboxItem] = {}
@@ -71,9 +75,10 @@ class Inbox(Vertical):
 
     def set_items(self, items: list[InboxItem]) -> None:
         """Replace the pending questions (oldest first). Keeps the highlight where it was."""
+        self.pending = tuple(items)
+
+    def watch_pending(self, items: tuple[InboxItem, ...]) -> None:
         new = {i.question.id: i for i in items}
-        if list(new) == list(self.items) and all(new[k] == self.items[k] for k in new):
-            return
         olist = self.query_one("#questions", OptionList)
         current = olist.highlighted_option.id if olist.highlighted_option else None
         self.items = new

@@ -1,12 +1,13 @@
 """The two read-only panes fed from the snapshot: the one-line header and the gauges.
 
 Both are repainted from a frozen ``Snapshot`` about once a second (the memray-style pull), plus on
-live gauge/question events. The header's text is built by ``format``; the gauges' figures and
-states by ``fleet_tui.gauges`` (shared with ``status --gauges``), so the panes only draw them: a
-bar per gauge coloured by state through the theme (ok / near / held), the number beside it, and
-Textual ``Sparkline`` widgets for the fleet's pulse (per host on demand, ``h``). The pane fits its
-size: when the bars do not fit one per line they pair up and drop their notes, and sparklines get
-whatever lines are left.
+live gauge/question events, through ``reactive`` attributes as Textual's own widgets do: the
+header's ``line`` and the gauges' ``figures``; setting one to what it already holds draws nothing.
+The header's text is built by ``format``; the gauges' figures and states by ``fleet_tui.gauges``
+(shared with ``status --gauges``), so the panes only draw them: a bar per gauge coloured by state
+through the theme (ok / near / held), the number beside it, and Textual ``Sparkline`` widgets for
+the fleet's pulse (per host on demand, ``h``). The pane fits its size: when the bars do not fit one
+per line they pair up and drop their notes, and sparklines get whatever lines are left.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
 from fleet_tui.app.format import header_text, inert
@@ -32,11 +34,14 @@ STATE_VARIABLES = {"ok": "text-success", "near": "text-warning", "held": "text-e
 class FleetHeader(Static):
     """``fleet-tui ─ 3 running · 5 queued · 1 question · rate 42% (resets 14:05) · mem 9.8G free``"""
 
+    line: reactive[str] = reactive("", init=False)
+    """The header's text, fitted to the width (plain text: names in it are inert)."""
+
     def show(self, title: str, snap: Snapshot, questions: int, now: float) -> None:
-        text = header_text(title, snap, questions, now, self.content_region.width or None)
-        if text != getattr(self, "_last", None):
-            self._last = text
-            self.update(Text(text, no_wrap=True, overflow="ellipsis"))
+        self.line = header_text(title, snap, questions, now, self.content_region.width or None)
+
+    def watch_line(self, line: str) -> None:
+        self.update(Text(line, no_wrap=True, overflow="ellipsis"))
 
 
 class PulseRow(Horizontal):
@@ -68,14 +73,18 @@ class GaugesPane(Vertical):
     can_focus = True
     BINDINGS: ClassVar[list[BindingType]] = [Binding("h", "per_host", "per host")]
 
+    per_host: reactive[bool] = reactive(False, init=False)
+    """Sparklines per host (``h``) instead of for the whole fleet."""
+    figures: reactive[tuple[tuple[Gauge, ...], tuple[Pulse, ...]]] = reactive(((), ()), init=False)
+    """What the pane draws: the gauge rows and the sparklines (``fleet_tui.gauges``), worked out
+    from each snapshot; a snapshot that changes neither draws nothing."""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.bars = Static("", id="gauge-bars")
         self.pulse_box = Vertical(id="pulse")
-        self.per_host = False
         self.snap: Snapshot | None = None
         self.now = 0.0
-        self._last: object = None
         self._rows: list[PulseRow] = []
 
     def compose(self) -> ComposeResult:
@@ -87,26 +96,30 @@ class GaugesPane(Vertical):
         self._styles = ThemeStyles(self.app)
 
     def on_resize(self) -> None:
-        self._last = None
-        if self.snap is not None:
-            self.show(self.snap, self.now)
+        self._draw()
 
     def action_per_host(self) -> None:
         self.per_host = not self.per_host
-        self._last = None
-        if self.snap is not None:
-            self.show(self.snap, self.now)
         self.notify("sparklines per host" if self.per_host else "sparklines for the whole fleet")
 
     def show(self, snap: Snapshot, now: float) -> None:
         self.snap, self.now = snap, now
+        self.figures = (tuple(gauges(snap, now)), tuple(pulses(snap, now, per_host=self.per_host)))
+
+    def watch_figures(self) -> None:
+        self._draw()
+
+    def watch_per_host(self) -> None:
+        if self.snap is not None:
+            self.show(self.snap, self.now)
+
+    def _draw(self) -> None:
+        if self.snap is None:  # nothing shown yet
+            return
+        figure_rows, shown = self.figures
+        rows = list(figure_rows)
         width = self.content_region.width or 40
         height = self.content_region.height or 4
-        rows = gauges(snap, now)
-        key = (snap.gauges, snap.series, int(now), width, height, self.per_host)
-        if key == self._last:
-            return
-        self._last = key
         paired = len(rows) > height
         label_w = min(max((len(r.label) for r in rows), default=5), 10) + 1
         lines = self._pairs(rows, width) if paired else [self._line(r, width, label_w) for r in rows]
@@ -116,7 +129,7 @@ class GaugesPane(Vertical):
             f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""
         )
         room = max(height - len(lines), 0)
-        self._show_pulses(pulses(snap, now, per_host=self.per_host)[:room])
+        self._show_pulses(list(shown[:room]))
 
     # ------------------------------------------------------------------ drawing
 

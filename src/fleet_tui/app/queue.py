@@ -49,10 +49,6 @@ def focus_now(widget: Widget) -> None:
         widget.focus()
 
 
-#: how often lines whose cells changed in place are repainted (at most)
-REPAINT_SECONDS = 0.1
-
-
 class QueueView(ScrollView, can_focus=True):
     """The task queue: rows are task ids, group headers and folded counts."""
 
@@ -121,52 +117,38 @@ class QueueView(ScrollView, can_focus=True):
         self._layout_for: tuple[int, int] = (-1, -1)
         self._style_cache: dict[tuple[str, bool, str], Style] = {}
         self._repaint: set[str] = set()
-        self._repaint_pending = False
         #: lines drawn since mount (a test and the benchmark read it: cost follows the screen)
         self.lines_drawn = 0
 
     # ------------------------------------------------------------------ feeding
 
-    def sync(self, tasks: Iterable[Task], asking: frozenset[str] = frozenset()) -> None:
-        """Make the model match ``tasks`` (all of them); only tasks that changed are looked at."""
+    def apply(
+        self, tasks: Iterable[Task], gone: Iterable[str] = (), asking: frozenset[str] | None = None
+    ) -> None:
+        """The one way rows change: new or changed tasks, tasks gone, the set of tasks asking a
+        question (None: unchanged). A task object already held is skipped by identity; a change
+        that does not move its task repaints its one line (when on screen), one that moves it
+        rebuilds the row list once, on the next idle moment."""
         model = self.model
         if not model.tasks:  # the first paint: one sort instead of ten thousand inserts
-            model.asking = asking
+            model.asking = asking if asking is not None else model.asking
             model.replace_all(tasks)
             self._after_change(True, [])
             return
-        flipped = model.set_asking(asking) if asking != model.asking else set()
-        seen: set[str] = set()
-        moved = bool(flipped)
+        moved = bool(model.set_asking(asking)) if asking is not None and asking != model.asking else False
         changed: list[str] = []
         for task in tasks:
-            seen.add(task.id)
             if model.tasks.get(task.id) is task:
                 continue
             if model.upsert(task):
                 moved = True
             else:
                 changed.append(task.id)
-        if len(seen) != len(model.tasks):
-            for gone in [tid for tid in model.tasks if tid not in seen]:
-                model.remove(gone)
-            moved = True
+        for tid in gone:
+            if tid in model.tasks:
+                model.remove(tid)
+                moved = True
         self._after_change(moved, changed)
-
-    def update_task(self, task: Task, asking: bool = False) -> None:
-        """Apply one task change (a live event): repaint its line, or rebuild the order if it moved."""
-        if asking != (task.id in self.model.asking):
-            self.model.set_asking(self.model.asking ^ {task.id})
-        moved = self.model.upsert(task)
-        self._after_change(moved, [] if moved else [task.id])
-
-    def set_asking(self, asking: frozenset[str]) -> None:
-        flipped = self.model.set_asking(asking)
-        self._after_change(bool(flipped), [])
-
-    def remove_task(self, task_id: str) -> None:
-        self.model.remove(task_id)
-        self._after_change(True, [])
 
     def set_filter(self, flt: TaskFilter) -> None:
         """A new filter (a user action): the rows are rebuilt at once, keeping the cursor's task."""
@@ -185,15 +167,18 @@ class QueueView(ScrollView, can_focus=True):
         if moved:
             self._schedule_rebuild()
         if changed:
-            # cells that changed in place (tokens, cost, a waiting reason) are repainted at most
-            # 10 times a second: agents publish usage far more often than a person can read it
+            # cells that changed in place (tokens, cost, a waiting reason) wait for the next
+            # frame (``repaint_changed``): agents publish usage far more often than a person reads
             self._repaint.update(changed)
-            if not self._repaint_pending:
-                self._repaint_pending = True
-                self.set_timer(REPAINT_SECONDS, self._repaint_due)
 
-    def _repaint_due(self) -> None:
-        self._repaint_pending = False
+    @property
+    def repaint_pending(self) -> bool:
+        """Rows whose cells changed in place wait for ``repaint_changed``."""
+        return bool(self._repaint)
+
+    def repaint_changed(self) -> None:
+        """Repaint the on-screen lines whose cells changed in place (the app calls this once per
+        frame, with the stream's flush: one screen update for both)."""
         ids, self._repaint = self._repaint, set()
         for tid in ids:
             self._refresh_task(tid)

@@ -1,7 +1,8 @@
 """The stream pane: the selected task's normalized events, live, coloured by kind.
 
 Agents can emit hundreds of events a second; writing each one to the log would re-render the pane
-as often. Events are appended to a buffer and a 15 Hz timer writes whatever accumulated in one go.
+as often. Events are appended to a buffer and ``flush`` writes whatever accumulated in one go, once
+per frame of the app (with the queue's changed rows: one screen update for both).
 The log keeps a bounded number of lines (the full history is in ``fleet-tui logs`` and the detail
 screen). When the selection changes the pane is first filled from the engine's stored events, then
 follows live ones, dropping any the fill already showed (by attempt and sequence number).
@@ -11,19 +12,28 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 
+from textual.geometry import Size
+from textual.reactive import Reactive
 from textual.widgets import RichLog
 
 from fleet_tui.app.format import event_line, inert
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.scheduler.model import Event
 
-FLUSH_HZ = 15
 MAX_LINES = 2000
 FILL_LIMIT = 200  # a screenful or four; the detail screen and `fleet-tui logs` have the rest
 
 
 class StreamLog(RichLog):
     """Events of one task. Call ``follow`` on selection, ``offer`` for every live event."""
+
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+    """As a widget's, but a longer log is no new layout: every line written used to reflow and
+    repaint the whole screen; now only this pane and its scrollbar are redrawn."""
+
+    def watch_virtual_size(self, size: Size) -> None:
+        self._scroll_update(size)
+        self.refresh()
 
     def __init__(self, *, id: str | None = None, max_lines: int = MAX_LINES) -> None:
         super().__init__(id=id, max_lines=max_lines, wrap=False, markup=False, highlight=False)
@@ -36,7 +46,6 @@ class StreamLog(RichLog):
 
     def on_mount(self) -> None:
         self._styles = ThemeStyles(self.app)
-        self.set_interval(1 / FLUSH_HZ, self.flush)
 
     def follow(self, task_id: str | None, loader: Callable[[], Awaitable[list[Event]]] | None) -> None:
         """Show ``task_id``: clear, fill from ``loader`` (the stored events), then go live."""
@@ -75,6 +84,11 @@ class StreamLog(RichLog):
         if self.task_id is None:
             return
         self._buffer.extend(ev for ev in events if ev.task_id == self.task_id)
+
+    @property
+    def pending(self) -> bool:
+        """Events wait for ``flush``."""
+        return bool(self._buffer)
 
     def flush(self) -> None:
         if self._filling or not self._buffer:

@@ -15,7 +15,8 @@ from typing import Any
 
 from textual.app import SuspendNotSupported
 
-from fleet_tui.scheduler.model import EngineEvent, Task
+from fleet_tui.app.hosted import on_engine
+from fleet_tui.scheduler.model import Task, TaskChanged
 from fleet_tui.screens.confirm import ConfirmScreen
 
 
@@ -32,7 +33,7 @@ class WheelKeys:
 
         def done(text: str | None) -> None:
             if text:
-                self.send(lambda: send(self.engine, task.id, text))
+                self.send(lambda: on_engine(self.engine, send, task.id, text))
 
         self.push_screen(FollowUpScreen(task.name), done)
 
@@ -46,7 +47,7 @@ class WheelKeys:
                 f"Approve {task.name}? It becomes done, with you as its verifier.",
                 task.reason or "",
                 "Approve",
-                lambda: approve(self.engine, task.id, user_name()),
+                lambda: on_engine(self.engine, approve, task.id, user_name()),
             )
 
     def action_takeover(self: Any) -> None:
@@ -74,12 +75,12 @@ class WheelKeys:
 
         by = user_name()
         engine: Any = self.engine
-        res = await takeover.begin(engine, task.id, by)
+        res = await on_engine(engine, takeover.begin, task.id, by)
         if not res.ok or res.task is None:
             self.notify(res.message, severity="warning")
             return
         taken = res.task
-        self.apply([EngineEvent(kind="task", task=taken)])
+        self.apply([TaskChanged(taken)])
         default = getattr(getattr(engine, "cfg", None), "default_coder", "claude")
         it = await anyio.to_thread.run_sync(
             takeover.interactive_command, engine.store, engine.home, default, taken
@@ -110,6 +111,6 @@ class WheelKeys:
             return takeover.VerifyVerdict(vr.passed, vr.label, vr.output or "")
 
         def chosen(choice: str | None) -> None:
-            self.send(lambda: takeover.finish(engine, taken.id, choice or "leave", by, verify))
+            self.send(lambda: on_engine(engine, takeover.finish, taken.id, choice or "leave", by, verify))
 
         self.push_screen(TakeoverDoneScreen(taken.name), chosen)

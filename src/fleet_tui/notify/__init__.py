@@ -35,7 +35,7 @@ async def watch(engine: NotifierHost) -> None:
     """Run the notifier and loop guard of ``engine`` until cancelled. A failure in here must never
     take the engine down: it is reported as a notice and the watcher starts afresh."""
     from fleet_tui.notify.watcher import Watcher
-    from fleet_tui.scheduler.model import EngineEvent
+    from fleet_tui.scheduler.model import Notice
 
     while True:
         try:
@@ -43,7 +43,7 @@ async def watch(engine: NotifierHost) -> None:
             return
         except Exception as e:
             text = f"notifications: {type(e).__name__}: {e}; restarting them"
-            engine.bus.publish([EngineEvent(kind="notice", text=text)])
+            engine.bus.publish([Notice(text)])
             await anyio.sleep(1.0)
 
 

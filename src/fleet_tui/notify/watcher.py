@@ -30,7 +30,18 @@ from fleet_tui.notify.send import (
     wants,
 )
 from fleet_tui.notify.telegram import Telegram
-from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, Question, Task
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    EngineEvent,
+    Event,
+    Gauges,
+    GaugesChanged,
+    Question,
+    QuestionChanged,
+    Task,
+    TaskChanged,
+)
+from fleet_tui.scheduler.model import Notice as EngineNotice
 from fleet_tui.scheduler.policy.loops import LoopDetector, LoopLimits
 from fleet_tui.scheduler.states import TaskStatus
 
@@ -110,7 +121,7 @@ class Watcher:
         self.desktop = Desktop(c.notify_timeout_s) if desktop_wanted(c) else None
 
     def _notice(self, text: str) -> None:
-        self.engine.bus.publish([EngineEvent(kind="notice", text=text)])
+        self.engine.bus.publish([EngineNotice(text)])
 
     # -- the loop --------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -154,14 +165,15 @@ class Watcher:
             tr.done.wait(max(0.0, deadline - time.monotonic()))
 
     async def handle(self, ee: EngineEvent) -> None:
-        if ee.kind == "event" and ee.event is not None:
-            self._feed_loops(ee.event)
-        elif ee.kind == "question" and ee.question is not None:
-            await self._question(ee.question)
-        elif ee.kind == "task" and ee.task is not None:
-            await self._task(ee.task)
-        elif ee.kind == "gauges" and ee.gauges is not None:
-            await self._gauges(ee.gauges)
+        match ee:
+            case AgentEvent(event):
+                self._feed_loops(event)
+            case QuestionChanged(question):
+                await self._question(question)
+            case TaskChanged(task):
+                await self._task(task)
+            case GaugesChanged(gauges):
+                await self._gauges(gauges)
 
     def _stop_looping(self, task_id: str, reason: str) -> bool:
         r = self.engine.runners.get(task_id)

@@ -1,7 +1,7 @@
 """In-process fan-out of engine events to subscribers (the cockpit, tests), bounded and batched.
 
 Publishing never blocks the engine: each subscriber has its own bounded buffer; a subscriber that
-falls behind loses its oldest items and receives a ``notice`` saying how many, instead of slowing
+falls behind loses its oldest items and receives a ``Notice`` saying how many, instead of slowing
 agents down. A subscriber receives everything that accumulated since its last read as one batch,
 which is what lets the cockpit repaint at 10-20 Hz however fast agents talk.
 """
@@ -9,11 +9,11 @@ which is what lets the cockpit repaint at 10-20 Hz however fast agents talk.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
 
-from fleet_tui.scheduler.model import EngineEvent
+from fleet_tui.scheduler.model import EngineEvent, Notice
 
 
 class _Sub:
@@ -34,7 +34,7 @@ class Bus:
     def subscribers(self) -> int:
         return len(self._subs)
 
-    def publish(self, items: list[EngineEvent]) -> None:
+    def publish(self, items: Sequence[EngineEvent]) -> None:
         if not items:
             return
         for sub in self._subs:
@@ -63,9 +63,8 @@ class Bus:
                 if sub.dropped:
                     batch.insert(
                         0,
-                        EngineEvent(
-                            kind="notice",
-                            text=f"display fell behind: {sub.dropped} events skipped "
+                        Notice(
+                            f"display fell behind: {sub.dropped} events skipped "
                             "(all are on disk: fleet-tui logs)",
                         ),
                     )

@@ -34,11 +34,16 @@ from fleet_tui.scheduler.github import prwatch
 from fleet_tui.scheduler.humans.followup import adopted_watch
 from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
 from fleet_tui.scheduler.model import (
+    AgentEvent,
     EngineEvent,
     Event,
+    GaugesChanged,
     Host,
+    Notice,
+    QuestionChanged,
     Snapshot,
     Task,
+    TaskChanged,
     TaskSpec,
 )
 from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, plan
@@ -53,7 +58,7 @@ from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.outage import Resilient, store_error_of
 from fleet_tui.scheduler.store.protocol import Store
 from fleet_tui.scheduler.store.storeclock import StoreClock
-from fleet_tui.scheduler.view import build_snapshot, carry_over, midnight
+from fleet_tui.scheduler.view import TaskMirror, build_snapshot, carry_over, midnight
 
 log = logging.getLogger("fleet_tui.engine")
 
@@ -126,6 +131,7 @@ class Engine(Controller):
         self._stopping = False
         self._leave_running = False
         self._snapshot = Snapshot(taken_at=clock())
+        self._tasks_mirror = TaskMirror()  # the snapshot's task list, kept by changes
         self._config_path = config_path
         self._watcher: Any = None
         self._tg: TaskGroup | None = None
@@ -146,7 +152,7 @@ class Engine(Controller):
 
     def _store_notice(self, text: str) -> None:
         """A store outage notice, from a worker thread (or the loop's own)."""
-        events = [EngineEvent(kind="notice", text=text)]
+        events = [Notice(text)]
         try:
             anyio.from_thread.run_sync(self.bus.publish, events)
         except RuntimeError:
@@ -165,7 +171,7 @@ class Engine(Controller):
 
     def publish_task(self, task: Task | None) -> None:
         if task is not None:
-            self.bus.publish([EngineEvent(kind="task", task=task)])
+            self.bus.publish([TaskChanged(task)])
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, until_idle: bool = False) -> None:
@@ -418,7 +424,7 @@ class Engine(Controller):
             return
         except OSError as e:  # a full disk, say: not the task's fault; back to the queue for later
             why = f"could not prepare the attempt ({e}); trying again in a minute"
-            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: {why}")])
+            self.bus.publish([Notice(f"{task.name}: {why}")])
             new = await anyio.to_thread.run_sync(
                 lambda: self.store.transition(
                     task.id,
@@ -506,7 +512,7 @@ class Engine(Controller):
                     r.runner.stop("lease_lost", "another engine owns this task now")
                 return
         if events:
-            self.bus.publish([EngineEvent(kind="event", event=e) for e in events])
+            self.bus.publish([AgentEvent(e) for e in events])
         if r is None:
             return
         for e in events:
@@ -581,7 +587,7 @@ class Engine(Controller):
                         later[1] if later else batch[k][1],
                     )
                 self._write_results = {}
-                self.bus.publish([EngineEvent(kind="notice", text=f"writing events failed, retrying: {e}")])
+                self.bus.publish([Notice(f"writing events failed, retrying: {e}")])
                 done.set()
                 await anyio.sleep(1.0)
                 self._write_wanted.set()
@@ -595,7 +601,7 @@ class Engine(Controller):
             await finish_attempt(self, r, result)
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
-            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: finishing failed: {e!r}")])
+            self.bus.publish([Notice(f"{task.name}: finishing failed: {e!r}")])
         finally:
             if not r.runner.shim_alive():  # let go of the attempt: its lease ends now (wtmark.py)
                 with contextlib.suppress(OSError):
@@ -649,7 +655,7 @@ class Engine(Controller):
             try:
                 write_lease(r.dir, deadline)
             except OSError as e:
-                self.bus.publish([EngineEvent(kind="notice", text=f"cannot renew a lease: {e}")])
+                self.bus.publish([Notice(f"cannot renew a lease: {e}")])
 
     async def _heartbeat(self) -> None:
         started = time.time()
@@ -680,10 +686,10 @@ class Engine(Controller):
             new_cfg, err = await anyio.to_thread.run_sync(self._watcher.poll)
             if new_cfg is not None:
                 self.cfg = dataclasses.replace(new_cfg, **self.overrides)
-                self.bus.publish([EngineEvent(kind="notice", text="config reloaded")])
+                self.bus.publish([Notice("config reloaded")])
                 self.wake()
             elif err:
-                self.bus.publish([EngineEvent(kind="notice", text=f"config not reloaded: {err}")])
+                self.bus.publish([Notice(f"config not reloaded: {err}")])
         if isinstance(self.clock, StoreClock) and self._hk_n % 30 == 0:
             await anyio.to_thread.run_sync(self.clock.refresh)
         if first:
@@ -748,16 +754,17 @@ class Engine(Controller):
                 disk=h.disk_free if h else None,
                 own_series=self.series.series(now),
                 agent_mem=(mem, source == "measured"),
+                mirror=self._tasks_mirror,  # reads only the task rows that changed
             )
 
         prev = self._snapshot
         snap, moved = carry_over(prev, await anyio.to_thread.run_sync(work))
         self._snapshot = snap
-        changed = [EngineEvent(kind="task", task=t) for t in moved]
+        changed = [TaskChanged(t) for t in moved]
         oldq = {q.id for q in getattr(self, "_last_questions", ())}
-        newq = [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
+        newq = [QuestionChanged(q) for q in snap.questions if q.id not in oldq]
         self._last_questions = snap.questions
-        self.bus.publish([*changed, *newq, EngineEvent(kind="gauges", gauges=snap.gauges)])
+        self.bus.publish([*changed, *newq, GaugesChanged(snap.gauges)])
 
     # -- commands -----------------------------------------------------------------------------
     async def _command_loop(self) -> None:
@@ -854,14 +861,14 @@ class Engine(Controller):
         try:
             report = await anyio.to_thread.run_sync(wt.sweep, self.home / "worktrees", keep)
         except Exception as e:
-            self.bus.publish([EngineEvent(kind="notice", text=f"worktree sweep failed: {e}")])
+            self.bus.publish([Notice(f"worktree sweep failed: {e}")])
             return
         if report.removed or report.kept_dirty:
             text = (
                 f"worktrees swept: removed {len(report.removed)}, "
                 f"kept {len(report.kept_dirty)} with uncommitted work"
             )
-            self.bus.publish([EngineEvent(kind="notice", text=text)])
+            self.bus.publish([Notice(text)])
 
     # -- adoption -----------------------------------------------------------------------------
     async def _adopt_orphans(self) -> None:

@@ -17,7 +17,7 @@ import anyio
 
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.control import cascade_failure
-from fleet_tui.scheduler.model import EngineEvent, Event, Task
+from fleet_tui.scheduler.model import Event, Notice, Task
 from fleet_tui.scheduler.policy.evidence import nothing_done
 from fleet_tui.scheduler.policy.outcome import Verdict, after_verify, decide
 from fleet_tui.scheduler.policy.verify import run_verifiers
@@ -65,7 +65,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
         try:
             await anyio.to_thread.run_sync(commit_leftovers, engine, task)
         except Exception as e:
-            engine.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: WIP commit failed: {e}")])
+            engine.bus.publish([Notice(f"{task.name}: WIP commit failed: {e}")])
     if res.exit_reason == ExitReason.CRASHED:  # the shim died: what it hosted must die before a retry
         from fleet_tui.scheduler.procs.owned import reap_attempt
 

@@ -441,13 +441,13 @@ def _publish(engine: Any, task: Task | None) -> None:
 
 def _notice(engine: Any, text: str) -> None:
     """An engine notice from a worker thread (best effort, like ``_publish``)."""
-    from fleet_tui.scheduler.model import EngineEvent
+    from fleet_tui.scheduler.model import Notice
 
     bus = getattr(engine, "bus", None)
     if bus is None:
         return
     try:
-        anyio.from_thread.run_sync(bus.publish, [EngineEvent(kind="notice", text=text)])
+        anyio.from_thread.run_sync(bus.publish, [Notice(text)])
     except RuntimeError:
         pass
 

@@ -366,16 +366,46 @@ class Snapshot:
     stale_since: float | None = None
 
 
-@dataclass(frozen=True)
-class EngineEvent:
-    """One item of ``Engine.subscribe()``: a task changed, an agent event, a question, a notice."""
+# -- what ``Engine.subscribe()`` delivers: one small frozen record per kind of news ------------
 
-    kind: Literal["task", "event", "question", "notice", "gauges"]
-    task: Task | None = None
-    event: Event | None = None
-    question: Question | None = None
-    gauges: Gauges | None = None
-    text: str | None = None
+
+@dataclass(frozen=True, slots=True)
+class TaskChanged:
+    """A task was added or changed (the whole new row)."""
+
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    """One normalized agent event, as stored."""
+
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionChanged:
+    """A question was asked, answered or dropped (``question.status`` says which)."""
+
+    question: Question
+
+
+@dataclass(frozen=True, slots=True)
+class GaugesChanged:
+    """Fresh fleet gauges (about once a second)."""
+
+    gauges: Gauges
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A line for the person: an engine warning, a reload, a fall-behind count."""
+
+    text: str
+
+
+#: one item of ``Engine.subscribe()``; consumers ``match`` on the class
+EngineEvent = TaskChanged | AgentEvent | QuestionChanged | GaugesChanged | Notice
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,20 @@ from fleet_tui.scheduler import series
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import Controller, hostname
-from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, HostSeries, RateLimit, Snapshot, Task
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    EngineEvent,
+    Event,
+    Gauges,
+    GaugesChanged,
+    HostSeries,
+    Notice,
+    QuestionChanged,
+    RateLimit,
+    Snapshot,
+    Task,
+    TaskChanged,
+)
 from fleet_tui.scheduler.policy.gate import REJECTED_HOLD_S
 from fleet_tui.scheduler.policy.headroom import GIB, MemoryModel
 from fleet_tui.scheduler.states import ACTIVE
@@ -33,11 +46,42 @@ def midnight(now: float) -> float:
     return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
 
 
+class TaskMirror:
+    """The store's task list, kept current with ``Store.tasks_changed_since``: a snapshot of ten
+    thousand tasks where one changed reads one row, and hands the others over as the same objects
+    (the very same tuple when nothing changed), so the cockpit skips them by identity."""
+
+    def __init__(self) -> None:
+        self.marker: int | None = None
+        self.tasks: tuple[Task, ...] = ()
+
+    def refresh(self, store: Store) -> tuple[Task, ...]:
+        """Catch up with the store (blocking)."""
+        got = store.tasks_changed_since(self.marker)
+        self.marker = got.marker
+        if got.full:
+            self.tasks = carry_over_tasks(self.tasks, got.tasks)
+        elif got.tasks:
+            fresh = {t.id: t for t in got.tasks}
+            tasks = [fresh.pop(t.id, t) for t in self.tasks]
+            self.tasks = (*tasks, *fresh.values())  # the new ones, in queue order
+        return self.tasks
+
+
+def carry_over_tasks(old: tuple[Task, ...], new: tuple[Task, ...]) -> tuple[Task, ...]:
+    """``new`` with each task equal to its version in ``old`` replaced by that same object."""
+    before = {t.id: t for t in old}
+    out = tuple(prev if (prev := before.get(t.id)) is not None and prev == t else t for t in new)
+    same = len(out) == len(old) and all(a is b for a, b in zip(out, old, strict=True))
+    return old if same else out
+
+
 def build_snapshot(
     store: Store,
     cfg: Config,
     now: float,
     *,
+    mirror: TaskMirror | None = None,
     load: float | None = None,
     mem: int | None = None,
     disk: float | None = None,
@@ -47,11 +91,13 @@ def build_snapshot(
     """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
     reading of its own machine, else from the freshest host row; the pulse of each host from the
     store (``series``), the caller's own (fresher) one replacing its stored copy. ``agent_mem``
-    is the engine's learned (bytes, measured) figure for one more agent, else the assumed one."""
+    is the engine's learned (bytes, measured) figure for one more agent, else the assumed one.
+    With a ``mirror`` only the tasks that changed since its last refresh are read."""
     from fleet_tui.scheduler.control import archived_ids
 
     hidden = archived_ids(store)
-    tasks = tuple(t for t in store.list_tasks() if t.id not in hidden)
+    every = mirror.refresh(store) if mirror is not None else tuple(store.list_tasks())
+    tasks = tuple(t for t in every if t.id not in hidden) if hidden else every
     readings = store.rate_limits()
     rls = tuple(rl for rl, _ in readings)
     hosts = tuple(store.hosts())
@@ -102,12 +148,16 @@ def carry_over(old: Snapshot, new: Snapshot) -> tuple[Snapshot, list[Task]]:
 
     A snapshot is rebuilt from the store every second; handing unchanged tasks over as the same
     objects lets the cockpit skip ten thousand of them by identity instead of comparing them."""
+    if new.tasks is old.tasks:  # a mirror's unchanged tuple: nothing to compare
+        return new, []
+    if len(new.tasks) == len(old.tasks) and all(a is b for a, b in zip(new.tasks, old.tasks, strict=True)):
+        return replace(new, tasks=old.tasks), []
     before = {t.id: t for t in old.tasks}
     tasks: list[Task] = []
     changed: list[Task] = []
     for t in new.tasks:
         prev = before.get(t.id)
-        if prev is not None and prev == t:
+        if prev is not None and (prev is t or prev == t):
             tasks.append(prev)
         else:
             tasks.append(t)
@@ -145,6 +195,7 @@ class AttachedView(Controller):
         self._seen: dict[str, tuple[int, int]] = {}
         self._stop = False
         self._engine_live: bool | None = None
+        self._tasks = TaskMirror()
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -156,12 +207,14 @@ class AttachedView(Controller):
     async def refresh(self) -> None:
         prev = self._snapshot
         oldq = {q.id for q in prev.questions}
-        built = await anyio.to_thread.run_sync(lambda: build_snapshot(self.store, self.cfg, self.clock()))
+        built = await anyio.to_thread.run_sync(
+            lambda: build_snapshot(self.store, self.cfg, self.clock(), mirror=self._tasks)
+        )
         snap, changed = carry_over(prev, built)
         self._snapshot = snap
-        out: list[EngineEvent] = [EngineEvent(kind="task", task=t) for t in changed]
-        out += [EngineEvent(kind="question", question=q) for q in snap.questions if q.id not in oldq]
-        out.append(EngineEvent(kind="gauges", gauges=snap.gauges))
+        out: list[EngineEvent] = [TaskChanged(t) for t in changed]
+        out += [QuestionChanged(q) for q in snap.questions if q.id not in oldq]
+        out.append(GaugesChanged(snap.gauges))
         live = await anyio.to_thread.run_sync(
             lambda: bool(self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)))
         )
@@ -178,7 +231,7 @@ class AttachedView(Controller):
                 else f"no engine is running on this store{age}: nothing starts, the figures are its last"
             )
             if not (first and live):
-                out.append(EngineEvent(kind="notice", text=text))
+                out.append(Notice(text))
         self.bus.publish(out)
 
     async def poll_events(self) -> None:
@@ -202,7 +255,7 @@ class AttachedView(Controller):
 
         evs = await anyio.to_thread.run_sync(work)
         if evs:
-            self.bus.publish([EngineEvent(kind="event", event=e) for e in evs])
+            self.bus.publish([AgentEvent(e) for e in evs])
 
     async def run(self) -> None:
         """Keep the view fresh until ``shutdown``."""

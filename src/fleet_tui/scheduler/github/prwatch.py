@@ -143,9 +143,9 @@ async def watch(engine: Any) -> None:
             hold_until = e.reset_at or now + RATE_LIMIT_PAUSE_S
             continue
         except Exception as e:  # a store hiccup must not stop the engine
-            from fleet_tui.scheduler.model import EngineEvent
+            from fleet_tui.scheduler.model import Notice
 
-            engine.bus.publish([EngineEvent(kind="notice", text=f"GitHub poll failed: {e}")])
+            engine.bus.publish([Notice(f"GitHub poll failed: {e}")])
             continue
         if poll:
             last_poll = now

@@ -44,6 +44,7 @@ from fleet_tui.scheduler.store.protocol import (
     TASK_COLUMNS,
     DuplicateName,
     StoreError,
+    TaskChanges,
     event_from_row,
     event_payload,
     new_id,
@@ -223,6 +224,10 @@ class PostgresStore(PgBase):
         else:
             rows = self._all(self._TASK_SELECT + " ORDER BY t.seqno")
         return [self._task(r) for r in rows]
+
+    def tasks_changed_since(self, marker: int | None) -> TaskChanges:
+        # no change counter here yet: every task, each time (correct; not incremental)
+        return TaskChanges(0, tuple(self.list_tasks()), full=True)
 
     def task_names(self) -> set[str]:
         return {r["name"] for r in self._all("SELECT name FROM tasks") if "~" not in r["name"]}

@@ -18,7 +18,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
 from fleet_tui.scheduler.model import (
@@ -143,6 +143,18 @@ def is_nfs(path: str, mounts: str = "/proc/mounts") -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class TaskChanges:
+    """The answer of ``Store.tasks_changed_since``: what to apply to a copy of the task list."""
+
+    #: hand this back next time
+    marker: int
+    #: tasks added or changed since the marker, in queue order (every task when ``full``)
+    tasks: tuple[Task, ...] = ()
+    #: ``tasks`` is every task (the first call, or a store that cannot tell what changed)
+    full: bool = False
+
+
 class Store(Protocol):
     """What an engine, a CLI command or a cockpit may ask of the durable queue."""
 
@@ -163,6 +175,13 @@ class Store(Protocol):
 
     def list_tasks(self, status: TaskStatus | None = None) -> list[Task]:
         """Every task in queue order, or only those in ``status``."""
+        ...
+
+    def tasks_changed_since(self, marker: int | None) -> TaskChanges:
+        """The tasks added or changed (a state, a field, a question asked or answered) since
+        ``marker`` (None: every task), and the marker to pass next time. What keeps a snapshot of
+        ten thousand tasks current by reading only the rows that changed. Tasks are never
+        deleted, so nothing is ever missing from an answer."""
         ...
 
     def task_names(self) -> set[str]: ...

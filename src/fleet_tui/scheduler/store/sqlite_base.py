@@ -21,11 +21,17 @@ from fleet_tui.scheduler.store.notify_store import SQL_TABLE as NOTIFY_TABLE
 from fleet_tui.scheduler.store.notify_store import SqliteNotifications
 from fleet_tui.scheduler.store.protocol import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _TASK_COLS_SQL = ",\n".join(
     f"  {c} {'REAL' if c in ('lease_until', 'not_before', 'created_at', 'updated_at', 'started_at', 'attempt_started_at', 'finished_at', 'cost_usd') else ''}"  # noqa: E501
     for c in TASK_COLUMNS
+)
+
+#: a trigger's body: the next change number, given to the task(s) ``where`` selects
+_BUMP = (
+    "UPDATE revs SET n = n + 1 WHERE name = 'tasks'; "
+    "UPDATE tasks SET rev = (SELECT n FROM revs WHERE name = 'tasks') WHERE {where};"
 )
 
 MIGRATIONS: list[str] = [
@@ -84,6 +90,27 @@ CREATE TABLE commands (
   created_at REAL NOT NULL, target_owner TEXT, status TEXT NOT NULL DEFAULT 'pending', result TEXT
 );
 CREATE INDEX commands_pending ON commands(status, target_owner);
+""",
+    # version 2: a change counter on tasks (``tasks_changed_since``): every insert or update of a
+    # task, and every question asked or settled (a task's ``asking``), gives the task the next
+    # number of ``revs.tasks``; trigger bodies stay on one line (statements split on ";\n")
+    """
+ALTER TABLE tasks ADD COLUMN rev INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE revs (name TEXT PRIMARY KEY, n INTEGER NOT NULL);
+INSERT INTO revs(name, n) VALUES ('tasks', 0);
+CREATE INDEX tasks_rev ON tasks(rev);
+CREATE TRIGGER tasks_rev_insert AFTER INSERT ON tasks BEGIN """
+    + _BUMP.format(where="rowid = NEW.rowid")
+    + """ END;
+CREATE TRIGGER tasks_rev_update AFTER UPDATE ON tasks WHEN NEW.rev IS OLD.rev BEGIN """
+    + _BUMP.format(where="rowid = NEW.rowid")
+    + """ END;
+CREATE TRIGGER questions_rev_insert AFTER INSERT ON questions BEGIN """
+    + _BUMP.format(where="id = NEW.task_id")
+    + """ END;
+CREATE TRIGGER questions_rev_update AFTER UPDATE OF status ON questions BEGIN """
+    + _BUMP.format(where="id = NEW.task_id")
+    + """ END;
 """,
 ]
 

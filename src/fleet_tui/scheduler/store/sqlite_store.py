@@ -29,6 +29,7 @@ from fleet_tui.scheduler.store.protocol import (
     TASK_COLUMNS,
     DuplicateName,
     StoreError,
+    TaskChanges,
     event_from_row,
     event_payload,
     new_id,
@@ -154,6 +155,16 @@ class SqliteStore(SqliteBase):
         else:
             rows = self._q(self._TASK_SELECT + " ORDER BY t.seqno")
         return [self._task(r) for r in rows]
+
+    def tasks_changed_since(self, marker: int | None) -> TaskChanges:
+        with self._lock:  # the counter first: a row changed after it is read again next time
+            now = int(self._q("SELECT n FROM revs WHERE name = 'tasks'")[0][0])
+            if marker is None or marker > now:  # the first call, or another store file
+                return TaskChanges(now, tuple(self.list_tasks()), full=True)
+            if marker == now:
+                return TaskChanges(now)
+            rows = self._q(self._TASK_SELECT + " WHERE t.rev > ? ORDER BY t.seqno", (marker,))
+            return TaskChanges(now, tuple(self._task(r) for r in rows))
 
     def task_names(self) -> set[str]:
         return {r[0] for r in self._q("SELECT name FROM tasks") if "~" not in r[0]}

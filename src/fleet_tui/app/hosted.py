@@ -1,0 +1,235 @@
+"""The engine on a thread of its own, behind the same ``EngineAPI`` (issue 14).
+
+Hosted as a worker on the cockpit's event loop, every store query, event parse and snapshot build
+of the engine (or of an attached view) would compete with key presses and repaints: a ten
+thousand task snapshot rebuilt there is a frozen cockpit. ``EngineThread`` gives the engine an
+asyncio loop on a thread of its own and keeps the cockpit's side to cheap hand-overs:
+
+- ``snapshot()`` returns the engine's last snapshot: an immutable value it keeps ready (a
+  reference read, no I/O);
+- ``subscribe()`` carries the engine's bus batches over to the caller's loop, merged: whatever
+  arrived since the cockpit last looked is one batch (bounded; a cockpit that falls behind loses
+  the oldest items and gets a ``Notice`` saying how many, the engine never waits);
+- each command runs on the engine's loop and its result comes back to the caller's;
+- ``call(fn, ...)`` runs one of the engine-side functions that take the engine (follow-up,
+  approve, take over) on the engine's loop too.
+
+Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
+Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
+stopping on its own is still news) and stops it with ``shutdown()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Notice, Snapshot, TaskSpec, Transition
+
+T = TypeVar("T")
+
+#: items the cockpit may fall behind by before the oldest are dropped (the bus's own bound)
+BACKLOG = 20_000
+
+
+class EngineThread:
+    """``EngineThread(engine, run=engine.run)``: ``engine`` (an Engine or an AttachedView) with its
+    loop on a thread named ``fleet-engine``."""
+
+    def __init__(self, engine: Any, run: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.inner = engine
+        self._run = run if run is not None else engine.run
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._main: concurrent.futures.Future[None] | None = None
+
+    # ------------------------------------------------------------------ the engine's loop
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                ready = threading.Event()
+                loop = asyncio.new_event_loop()
+
+                def main() -> None:
+                    asyncio.set_event_loop(loop)
+                    ready.set()
+                    try:
+                        loop.run_forever()
+                    finally:  # what asyncio.run does on the way out
+                        left = asyncio.all_tasks(loop)
+                        for task in left:
+                            task.cancel()
+                        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                        loop.run_until_complete(loop.shutdown_asyncgens())
+                        loop.close()
+
+                self._thread = threading.Thread(target=main, name="fleet-engine", daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    def _submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        async def go() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(go(), self._ensure())
+
+    async def _there(self, make: Callable[[], Awaitable[T]]) -> T:
+        """Run ``make()`` on the engine's loop; the caller's loop waits without blocking."""
+        return await asyncio.wrap_future(self._submit(make))
+
+    async def run(self) -> None:
+        """Run the engine on its thread until it stops; its error, if any, is raised here."""
+        if self._main is None:
+            self._main = self._submit(self._run)
+        try:
+            await asyncio.wrap_future(self._main)
+        except asyncio.CancelledError:
+            # the cockpit is going away without a shutdown: stop the engine the way cancelling
+            # its worker used to (agents are left running for a later adopter)
+            main = self._main
+            if self._loop is not None and not main.done():
+                self._loop.call_soon_threadsafe(main.cancel)
+            raise
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the engine's loop (after ``shutdown``) and wait for its thread (blocking)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+
+    # ------------------------------------------------------------------ EngineAPI
+
+    def snapshot(self) -> Snapshot:
+        snap: Snapshot = self.inner.snapshot()
+        return snap
+
+    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:
+        here = asyncio.get_running_loop()
+        pending: deque[EngineEvent] = deque()
+        wake = asyncio.Event()
+        state = {"dropped": 0, "closed": False}
+
+        def deliver(batch: Sequence[EngineEvent]) -> None:  # on the caller's loop
+            pending.extend(batch)
+            over = len(pending) - BACKLOG
+            for _ in range(max(over, 0)):
+                pending.popleft()
+            if over > 0:
+                state["dropped"] += over
+            wake.set()
+
+        def closed() -> None:
+            state["closed"] = True
+            wake.set()
+
+        async def pump() -> None:  # on the engine's loop
+            try:
+                async for batch in self.inner.subscribe():
+                    here.call_soon_threadsafe(deliver, batch)
+            finally:
+                if not here.is_closed():
+                    here.call_soon_threadsafe(closed)
+
+        feeding = self._submit(pump)
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                batch = list(pending)
+                pending.clear()
+                if state["dropped"]:
+                    batch.insert(
+                        0,
+                        Notice(
+                            f"display fell behind: {state['dropped']} events skipped "
+                            "(all are on disk: fleet-tui logs)"
+                        ),
+                    )
+                    state["dropped"] = 0
+                if batch:
+                    yield batch
+                if state["closed"]:
+                    if feeding.done() and not feeding.cancelled() and feeding.exception() is not None:
+                        raise feeding.exception()  # type: ignore[misc]
+                    return
+        finally:
+            feeding.cancel()
+
+    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``fn(engine, *args)`` on the engine's loop (the functions ``fleet-tui send``, ``approve``
+        and ``takeover`` share with the cockpit)."""
+        return await self._there(lambda: fn(self.inner, *args))
+
+    async def add(self, specs: Sequence[TaskSpec]) -> CommandResult:
+        return await self._there(lambda: self.inner.add(specs))
+
+    async def kill(self, ref: str) -> CommandResult:
+        return await self._there(lambda: self.inner.kill(ref))
+
+    async def pause(self, ref: str | None) -> CommandResult:
+        return await self._there(lambda: self.inner.pause(ref))
+
+    async def resume(self, ref: str | None) -> CommandResult:
+        return await self._there(lambda: self.inner.resume(ref))
+
+    async def retry(self, ref: str) -> CommandResult:
+        return await self._there(lambda: self.inner.retry(ref))
+
+    async def cancel(self, ref: str) -> CommandResult:
+        return await self._there(lambda: self.inner.cancel(ref))
+
+    async def merge(self, ref: str) -> CommandResult:
+        return await self._there(lambda: self.inner.merge(ref))
+
+    async def answer(self, question_id: str, text: str) -> CommandResult:
+        return await self._there(lambda: self.inner.answer(question_id, text))
+
+    async def set_config(self, key: str, value: str) -> CommandResult:
+        return await self._there(lambda: self.inner.set_config(key, value))
+
+    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
+        return await self._there(lambda: self.inner.events(ref, attempt, limit))
+
+    async def attempts(self, ref: str) -> list[Attempt]:
+        return await self._there(lambda: self.inner.attempts(ref))
+
+    async def transitions(self, ref: str) -> list[Transition]:
+        return await self._there(lambda: self.inner.transitions(ref))
+
+    async def diff(self, ref: str) -> str:
+        return await self._there(lambda: self.inner.diff(ref))
+
+    async def pull_request(self, ref: str) -> str | None:
+        return await self._there(lambda: self.inner.pull_request(ref))
+
+    async def shutdown(self, leave_running: bool) -> None:
+        await self._there(lambda: self.inner.shutdown(leave_running))
+        if self._main is not None:  # the engine's run() returns once it has stopped
+            await asyncio.wait([asyncio.wrap_future(self._main)], timeout=30)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def on_engine(engine: Any, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``fn(engine, *args)``, on the engine's own loop when it has one (``EngineThread``)."""
+    if isinstance(engine, EngineThread):
+        return await engine.call(fn, *args)
+    return await fn(engine, *args)

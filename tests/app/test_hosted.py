@@ -1,0 +1,209 @@
+"""The cockpit never waits on the engine: with a real engine on a real store, no store call is made
+on the cockpit's own thread (issue 14). Asserted by recording the thread of every store call, not
+by timing anything."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_tui.app.app import FleetApp
+from fleet_tui.app.hosted import EngineThread
+from fleet_tui.config import Config
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.bus import Bus
+from fleet_tui.scheduler.engine import Engine
+from fleet_tui.scheduler.model import EngineEvent, Notice, TaskSpec
+from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
+from fleet_tui.scheduler.view import AttachedView
+from fleet_tui.screens.detail import DetailScreen
+
+pytestmark = pytest.mark.timeout(120)
+
+#: no machine gate: the test must not depend on how busy the machine is
+CFG = Config(
+    default_coder="sim", max_concurrent=2, max_load_per_core=1000.0, mem_floor_gib=0.0, disk_floor_gib=0.0
+)
+
+
+class RecordingStore:
+    """A store that notes which thread each of its calls ran on."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self.calls: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kw: Any) -> Any:
+            with self._lock:
+                self.calls.append((name, threading.get_ident()))
+            return attr(*args, **kw)
+
+        return call
+
+    def on(self, ident: int) -> list[str]:
+        with self._lock:
+            return [name for name, t in self.calls if t == ident]
+
+
+async def wait_for(pilot: Any, condition: Callable[[], object], what: str, timeout: float = 30) -> None:
+    """Let the app run until ``condition()`` holds: the engine works on its own thread, so the
+    cockpit's loop may well be idle meanwhile (bounded, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what} (on screen: {pilot.app.screen!r})")
+        await pilot.pause(0.02)
+
+
+def _store(home: Path, n: int) -> tuple[SqliteStore, RecordingStore]:
+    store = SqliteStore(str(home / "fleet.db"))
+    store.add_tasks(
+        [
+            TaskSpec(name=f"task-{i:02d}", prompt="@sim steps=3 pace=0.05", cwd=str(home), coder="sim")
+            for i in range(n)
+        ],
+        1.0,
+    )
+    return store, RecordingStore(store)
+
+
+async def _exercise(app: FleetApp, pilot: Any, engine: Any, done: Callable[[], bool]) -> None:
+    await wait_for(pilot, lambda: app.queue.row_count > 0, "the queue")
+    await wait_for(pilot, done, "the engine's work", timeout=60)
+    for key in ("down", "up", "down"):
+        await pilot.press(key)
+    app.queue.select_id(min(app.tasks))
+    await pilot.press("enter")  # the detail screen loads events, attempts, transitions, a diff
+    await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen) and app.screen.loaded, "detail")
+    await pilot.press("escape")
+    await pilot.press("P")  # pause the fleet, then resume it: commands through the store
+    await wait_for(pilot, lambda: app.snap.gauges.paused, "paused", timeout=30)
+    await pilot.press("P")
+    await wait_for(pilot, lambda: not app.snap.gauges.paused, "resumed", timeout=30)
+
+
+async def test_a_hosted_engine_never_touches_the_store_on_the_cockpits_thread(tmp_path: Path) -> None:
+    raw, store = _store(tmp_path, 3)
+    engine = Engine(
+        store,
+        tmp_path,
+        Config(
+            default_coder="sim",
+            max_concurrent=2,
+            max_load_per_core=1000.0,
+            mem_floor_gib=0.0,
+            disk_floor_gib=0.0,
+        ),
+    )  # type: ignore[arg-type]
+    store.calls.clear()  # (setting up before the cockpit starts is no wait)
+    hosted = EngineThread(engine, engine.run)
+    app = FleetApp(hosted, on_quit="leave", run_engine=hosted.run)
+    me = threading.get_ident()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _exercise(
+                app,
+                pilot,
+                hosted,
+                lambda: sum(t.status == TaskStatus.DONE for t in app.tasks.values()) >= 1,
+            )
+            assert store.calls, "the engine used the store"
+            assert store.on(me) == []
+            await hosted.shutdown(leave_running=False)
+    finally:
+        hosted.stop()
+        raw.close()
+    assert store.on(me) == []
+    assert hosted.thread is not None and hosted.thread.ident != me
+
+
+async def test_an_attached_view_never_touches_the_store_on_the_cockpits_thread(tmp_path: Path) -> None:
+    raw, store = _store(tmp_path, 2)
+    view = AttachedView(store, tmp_path, CFG)  # type: ignore[arg-type]
+    store.calls.clear()
+    hosted = EngineThread(view, view.run)
+    app = FleetApp(hosted, on_quit="leave", run_engine=hosted.run)
+    me = threading.get_ident()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _exercise(app, pilot, hosted, lambda: len(app.tasks) == 2)
+            assert store.calls and store.on(me) == []
+    finally:
+        hosted.stop()
+        raw.close()
+    assert store.on(me) == []
+
+
+class ThreadFake:
+    """An engine that records the thread its commands run on."""
+
+    def __init__(self, crash: bool = False) -> None:
+        self.bus = Bus()
+        self.threads: list[int] = []
+        self.crash = crash
+
+    async def run(self) -> None:
+        if self.crash:
+            raise RuntimeError("store is locked")
+        await asyncio.Event().wait()
+
+    async def subscribe(self) -> AsyncIterator[list[EngineEvent]]:
+        async for batch in self.bus.subscribe():
+            yield batch
+
+    async def kill(self, ref: str) -> CommandResult:
+        self.threads.append(threading.get_ident())
+        return CommandResult(True, f"killed {ref}")
+
+
+async def test_commands_run_on_the_engines_thread_and_batches_come_back_merged() -> None:
+    fake = ThreadFake()
+    hosted = EngineThread(fake, fake.run)
+    runner = asyncio.create_task(hosted.run())
+    try:
+        assert (await hosted.kill("t-1")).message == "killed t-1"
+        assert fake.threads and fake.threads[0] != threading.get_ident()
+        assert hosted.thread is not None and fake.threads[0] == hosted.thread.ident
+        stream = hosted.subscribe().__aiter__()
+        first = asyncio.ensure_future(stream.__anext__())
+        deadline = time.monotonic() + 30
+        while fake.bus.subscribers == 0:  # the pump subscribes on the engine's loop
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+
+        async def publish(engine: ThreadFake) -> None:  # two engine-side batches, on its loop
+            engine.bus.publish([Notice("a")])
+            engine.bus.publish([Notice("b")])
+
+        await hosted.call(publish)
+        got = await asyncio.wait_for(first, 30)
+        while len(got) < 2:  # whatever arrived since the last look is one batch
+            got += await asyncio.wait_for(stream.__anext__(), 30)
+        assert got == [Notice("a"), Notice("b")]
+        await stream.aclose()  # type: ignore[attr-defined]
+    finally:
+        runner.cancel()
+        hosted.stop()
+
+
+async def test_an_engine_that_fails_on_its_thread_fails_its_run() -> None:
+    fake = ThreadFake(crash=True)
+    hosted = EngineThread(fake, fake.run)
+    try:
+        with pytest.raises(RuntimeError, match="store is locked"):
+            await hosted.run()
+    finally:
+        hosted.stop()
