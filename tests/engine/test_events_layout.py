@@ -64,7 +64,7 @@ def test_migrating_a_version_1_file_keeps_every_event_in_order(tmp_path: Path) -
             seq=s,
             ts=NOW + s,
             kind="tool_call" if s % 7 == 0 else "text",
-            text=("line %d " % s) * (1 + s % 200),
+            text=f"line {s} " * (1 + s % 200),
             tool="Bash" if s % 7 == 0 else None,
             tool_input={"command": f"echo {s}"} if s % 7 == 0 else None,
         )
