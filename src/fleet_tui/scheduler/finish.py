@@ -102,6 +102,8 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
     elif v.outcome == "success":
         engine._rl_strikes.pop(r.account, None)
     verify_out = None
+    if v.verify and not task.spec.verify and task.status != TaskStatus.VERIFYING:
+        v = after_verify(task, True, None, True, engine.policy(), now)  # no verifiers: done at once
     if v.verify:
         if task.status == TaskStatus.VERIFYING:
             moved: Task | None = task  # adopted mid-verification (its engine died): verify again

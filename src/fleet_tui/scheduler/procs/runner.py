@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -84,47 +85,103 @@ def shim_args(
     return [*args, "--", *argv]
 
 
+class ShimProcess(Protocol):
+    """What the engine holds of a started shim: a ``subprocess.Popen`` or a ``ForkedShim``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+
+class ForkedShim:
+    """A shim forked by the pool's server (not a child of this process): watched through /proc."""
+
+    def __init__(self, pid: int, start_ticks: int | None) -> None:
+        self._pid = pid
+        self.start_ticks = start_ticks
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def poll(self) -> int | None:
+        """None while it runs; 0 once it ended (its server reaps it and keeps the status)."""
+        if self.returncode is None and not shimmod.alive(self._pid, self.start_ticks):
+            self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class ShimPool:
-    """A few shims started ahead of time (interpreter up, modules imported), so starting an agent
-    costs a pipe write instead of an interpreter start. Each waits for one job on its stdin; when
-    this process dies first, the pipe closes and the idle shim exits — it never holds an agent."""
+    """A fork server for shims, started ahead of time (interpreter up, modules imported): it
+    forks one shim per attempt, so starting an agent costs a pipe write and a fork (about a
+    millisecond) instead of an interpreter start (ten or more, in CPU as much as in time). When
+    this process dies, the pipe closes and the server exits; the shims it forked live on. When
+    the server is gone or does not answer, ``spawn_shim`` starts the shim directly."""
 
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self.idle: list[subprocess.Popen[bytes]] = []
+    ANSWER_S = 10.0  # a server that does not answer a job within this is replaced
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = size  # kept for callers; one server forks any number of shims
+        self.server: subprocess.Popen[bytes] | None = None
         self.closed = False
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--warm"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+        self._lock = threading.Lock()
 
     def fill(self) -> None:
-        while not self.closed and len(self.idle) < self.size:
-            self.idle.append(self._spawn())
+        with self._lock:
+            if self.closed or (self.server is not None and self.server.poll() is None):
+                return
+            self.server = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
 
-    def take(self) -> subprocess.Popen[bytes] | None:
-        while self.idle:
-            p = self.idle.pop(0)
-            if p.poll() is None:
-                return p
-        return None
+    def spawn(self, args: list[str], env: dict[str, str]) -> ForkedShim | None:
+        """A shim forked by the server for these shim arguments, or None (start it directly)."""
+        with self._lock:
+            p = self.server
+            if p is None or p.stdin is None or p.stdout is None or p.poll() is not None:
+                return None
+            try:
+                p.stdin.write(shimmod.encode_job(args, env))
+                p.stdin.flush()
+                ready, _, _ = select.select([p.stdout], [], [], self.ANSWER_S)
+                line = p.stdout.readline() if ready else b""
+                pid, ticks = (int(x) for x in line.split())
+            except (OSError, ValueError):
+                p.kill()
+                self.server = None
+                return None
+            return ForkedShim(pid, ticks or None)
 
     def close(self) -> None:
-        self.closed = True
-        for p in self.idle:
-            try:
-                if p.stdin:
-                    p.stdin.close()
-                p.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                p.kill()
-        self.idle.clear()
+        with self._lock:
+            self.closed = True
+            p, self.server = self.server, None
+        if p is None:
+            return
+        try:
+            if p.stdin:
+                p.stdin.close()
+            p.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            p.kill()
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def spawn_shim(
@@ -137,9 +194,9 @@ def spawn_shim(
     lease_deadline: float,
     pool: ShimPool | None = None,
     nice: int = 0,
-) -> subprocess.Popen[bytes]:
-    """Start the shim for an attempt in its own session (from the pool when one is warm); it
-    survives this process."""
+) -> ShimProcess:
+    """Start the shim for an attempt in its own session (forked by the pool's server when there
+    is one); it survives this process."""
     attempt_dir.mkdir(parents=True, exist_ok=True)
     stdin_file = None
     if stdin_bytes is not None:
@@ -147,16 +204,9 @@ def spawn_shim(
         stdin_file.write_bytes(stdin_bytes)
     write_lease(attempt_dir, lease_deadline)
     args = shim_args(attempt_dir, workdir, argv, stdin_file, grace_s, nice)
-    warm = pool.take() if pool is not None else None
-    if warm is not None and warm.stdin is not None:
-        try:
-            warm.stdin.write(shimmod.encode_job(args, env))
-            warm.stdin.close()
-            if pool is not None:
-                pool.fill()
-            return warm
-        except OSError:
-            warm.kill()
+    forked = pool.spawn(args, env) if pool is not None else None
+    if forked is not None:
+        return forked
     log = open(attempt_dir / "shim.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
@@ -172,7 +222,7 @@ def spawn_shim(
     finally:
         log.close()
         if pool is not None:
-            pool.fill()
+            pool.fill()  # the server died: a new one for the next attempt
 
 
 def write_lease(attempt_dir: Path, deadline: float) -> None:
@@ -258,7 +308,7 @@ class AttemptRunner:
         limits: RunLimits,
         offset: int = 0,
         next_seq: int = 0,
-        popen: subprocess.Popen[bytes] | None = None,
+        popen: ShimProcess | None = None,
         shim_pid: int | None = None,
         shim_ticks: int | None = None,
         sink: Callable[[list[Event], int], Any],
