@@ -253,7 +253,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
     engine.publish_task(new)
     if new is not None:
         await cascade(engine, new)
-        if new.status == TaskStatus.DONE:
+        if new.status == TaskStatus.DONE and (new.worktree or new.spec.git_ref):  # in place: no after-work
             await after_done_hook(engine, new)
 
 
