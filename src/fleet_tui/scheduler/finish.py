@@ -102,8 +102,6 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
     elif v.outcome == "success":
         engine._rl_strikes.pop(r.account, None)
     verify_out = None
-    if v.verify and not task.spec.verify and task.status != TaskStatus.VERIFYING:
-        v = after_verify(task, True, None, True, engine.policy(), now)  # no verifiers: done at once
     if v.verify:
         if task.status == TaskStatus.VERIFYING:
             moved: Task | None = task  # adopted mid-verification (its engine died): verify again
@@ -130,7 +128,8 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             since = att.started_at if att is not None else (task.attempt_started_at or now)
             return nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
 
-        did_nothing = await anyio.to_thread.run_sync(judge)
+        # the evidence only matters when a verifier fails: none to run, no directory walk
+        did_nothing = await anyio.to_thread.run_sync(judge) if task.spec.verify else False
         stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
         if reviewer is not None:
             reviewer.cancel = stop  # type: ignore[attr-defined]
