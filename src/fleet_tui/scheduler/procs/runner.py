@@ -127,9 +127,9 @@ class ShimPool:
     forks one shim per attempt, so starting an agent costs a pipe write and a fork (about a
     millisecond) instead of an interpreter start (ten or more, in CPU as much as in time). When
     this process dies, the pipe closes and the server exits; the shims it forked live on. When
-    the server is gone or does not answer, ``spawn_shim`` starts the shim directly."""
+    the server is gone before it takes a job, ``spawn_shim`` starts the shim directly."""
 
-    ANSWER_S = 10.0  # a server that does not answer a job within this is replaced
+    ANSWER_S = 60.0  # a server that took a job and does not answer within this is given up
 
     def __init__(self, size: int = 1) -> None:
         self.size = size  # kept for callers; one server forks any number of shims
@@ -159,13 +159,24 @@ class ShimPool:
             try:
                 p.stdin.write(shimmod.encode_job(args, env))
                 p.stdin.flush()
-                ready, _, _ = select.select([p.stdout], [], [], self.ANSWER_S)
-                line = p.stdout.readline() if ready else b""
-                pid, ticks = (int(x) for x in line.split())
-            except (OSError, ValueError):
+            except OSError:  # it died before taking the whole job: it forked nothing
                 p.kill()
                 self.server = None
                 return None
+            # it took the job: a shim may run from now on, so a second one must never be started
+            # for this attempt (both would live on one lease); no answer fails the attempt's start
+            deadline = time.monotonic() + self.ANSWER_S
+            line = b""
+            while not line and time.monotonic() < deadline and p.poll() is None:
+                ready, _, _ = select.select([p.stdout], [], [], 1.0)
+                if ready:
+                    line = p.stdout.readline()
+            try:
+                pid, ticks = (int(x) for x in line.split())
+            except ValueError:
+                p.kill()
+                self.server = None
+                raise OSError("the shim server took the job but did not answer") from None
             return ForkedShim(pid, ticks or None)
 
     def close(self) -> None:
