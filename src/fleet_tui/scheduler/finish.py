@@ -129,7 +129,8 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
             since = att.started_at if att is not None else (task.attempt_started_at or now)
             return nothing_done(task.spec.verify, workdir, since, skip=(engine.home,))
 
-        did_nothing = await anyio.to_thread.run_sync(judge)
+        # the evidence only matters when a verifier fails: none to run, no directory walk
+        did_nothing = await anyio.to_thread.run_sync(judge) if task.spec.verify else False
         stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
         if reviewer is not None:
             reviewer.cancel = stop  # type: ignore[attr-defined]
@@ -252,7 +253,7 @@ async def finish_attempt(engine: Engine, r: Running, res: AttemptResult) -> None
     engine.publish_task(new)
     if new is not None:
         await cascade(engine, new)
-        if new.status == TaskStatus.DONE:
+        if new.status == TaskStatus.DONE and (new.worktree or new.spec.git_ref):  # in place: no after-work
             await after_done_hook(engine, new)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.procs import attemptdir
 from fleet_tui.scheduler.procs import shim as shimmod
-from fleet_tui.scheduler.procs.runner import read_json, spawn_shim
+from fleet_tui.scheduler.procs.runner import ShimProcess, read_json, spawn_shim
 from fleet_tui.scheduler.sandbox import bwrap as sandbox
 from fleet_tui.scheduler.sandbox import policy as sbp
 from fleet_tui.scheduler.states import TaskStatus
@@ -49,7 +48,7 @@ class Launch:
     dir: Path
     coder: Coder
     coder_name: str
-    popen: subprocess.Popen[bytes] | None
+    popen: ShimProcess | None
     shim_pid: int | None
     shim_ticks: int | None
     offset: int = 0
@@ -321,7 +320,7 @@ def prepare_attempt(engine: Engine, task: Task) -> Launch:
         )
     except OSError as e:
         raise LaunchError(f"could not start the shim: {e}") from e
-    ticks = shimmod.proc_start_ticks(popen.pid)
+    ticks = getattr(popen, "start_ticks", None) or shimmod.proc_start_ticks(popen.pid)
     store.update_attempt(task.id, task.attempt, shim_pid=popen.pid, shim_create_time=float(ticks or 0))
     return Launch(
         dir=adir,

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from git import Git
-
 BRANCH_PREFIX = "fleet/"
 MERGE_PREFIX = ".merge-"
 REPOS_SUFFIX = ".repos"  # <root>.repos beside the managed root: every repo with a fleet worktree
@@ -90,6 +88,8 @@ def _git(cwd: Path, *args: str, check: bool = True) -> tuple[int, str, str]:
     """Run ``git -C cwd args``; (status, stdout, stderr). Raises WorktreeError when check fails."""
     cmd = ["git", "-C", str(cwd), *args]
     env = {"GIT_TERMINAL_PROMPT": "0", "GIT_EDITOR": "true", "GIT_MERGE_AUTOEDIT": "no"}
+    from git import Git  # GitPython costs ~50 ms to import: only once git is needed
+
     status, out, err = Git().execute(cmd, with_extended_output=True, with_exceptions=False, env=env)
     out_s, err_s = str(out or ""), str(err or "")
     if check and status != 0:

@@ -16,6 +16,8 @@ directory and builds the shim's command line. It is then started one of two ways
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fleet_tui.scheduler.private import user_umask
 from fleet_tui.scheduler.procs import attemptdir
@@ -111,47 +114,114 @@ def shim_command(inv: Invocation, grace_s: float, lease_deadline: float, nice: i
     return shim_args(adir, inv.workdir, list(inv.argv), stdin_file, grace_s, nice)
 
 
+class ShimProcess(Protocol):
+    """What the engine holds of a started shim: a ``subprocess.Popen`` or a ``ForkedShim``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+
+class ForkedShim:
+    """A shim forked by the pool's server (not a child of this process): watched through /proc."""
+
+    def __init__(self, pid: int, start_ticks: int | None) -> None:
+        self._pid = pid
+        self.start_ticks = start_ticks
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def poll(self) -> int | None:
+        """None while it runs; 0 once it ended (its server reaps it and keeps the status)."""
+        if self.returncode is None and not shimmod.alive(self._pid, self.start_ticks):
+            self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class ShimPool:
-    """A few shims started ahead of time (interpreter up, modules imported), so starting an agent
-    costs a pipe write instead of an interpreter start. Each waits for one job on its stdin; when
-    this process dies first, the pipe closes and the idle shim exits — it never holds an agent."""
+    """A fork server for shims, started ahead of time (interpreter up, modules imported): it
+    forks one shim per attempt, so starting an agent costs a pipe write and a fork (about a
+    millisecond) instead of an interpreter start (ten or more, in CPU as much as in time). When
+    this process dies, the pipe closes and the server exits; the shims it forked live on. When
+    the server is gone before it takes a job, ``spawn_shim`` starts the shim directly."""
 
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self.idle: list[subprocess.Popen[bytes]] = []
+    ANSWER_S = 60.0  # a server that took a job and does not answer within this is given up
+
+    def __init__(self, size: int = 1) -> None:
+        self.size = size  # kept for callers; one server forks any number of shims
+        self.server: subprocess.Popen[bytes] | None = None
         self.closed = False
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--warm"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+        self._lock = threading.Lock()
 
     def fill(self) -> None:
-        while not self.closed and len(self.idle) < self.size:
-            self.idle.append(self._spawn())
+        with self._lock:
+            if self.closed or (self.server is not None and self.server.poll() is None):
+                return
+            self.server = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
 
-    def take(self) -> subprocess.Popen[bytes] | None:
-        while self.idle:
-            p = self.idle.pop(0)
-            if p.poll() is None:
-                return p
-        return None
+    def spawn(self, args: list[str], env: dict[str, str]) -> ForkedShim | None:
+        """A shim forked by the server for these shim arguments, or None (start it directly)."""
+        with self._lock:
+            p = self.server
+            if p is None or p.stdin is None or p.stdout is None or p.poll() is not None:
+                return None
+            try:
+                p.stdin.write(shimmod.encode_job(args, env))
+                p.stdin.flush()
+            except OSError:  # it died before taking the whole job: it forked nothing
+                p.kill()
+                self.server = None
+                return None
+            # it took the job: a shim may run from now on, so a second one must never be started
+            # for this attempt (both would live on one lease); no answer fails the attempt's start
+            deadline = time.monotonic() + self.ANSWER_S
+            line = b""
+            while not line and time.monotonic() < deadline and p.poll() is None:
+                ready, _, _ = select.select([p.stdout], [], [], 1.0)
+                if ready:
+                    line = p.stdout.readline()
+            try:
+                pid, ticks = (int(x) for x in line.split())
+            except ValueError:
+                p.kill()
+                self.server = None
+                raise OSError("the shim server took the job but did not answer") from None
+            return ForkedShim(pid, ticks or None)
 
     def close(self) -> None:
-        self.closed = True
-        for p in self.idle:
-            try:
-                if p.stdin:
-                    p.stdin.close()
-                p.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                p.kill()
-        self.idle.clear()
+        with self._lock:
+            self.closed = True
+            p, self.server = self.server, None
+        if p is None:
+            return
+        try:
+            if p.stdin:
+                p.stdin.close()
+            p.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            p.kill()
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def start(
@@ -161,21 +231,14 @@ def start(
     lease_deadline: float,
     pool: ShimPool | None = None,
     nice: int = 0,
-) -> subprocess.Popen[bytes]:
-    """Start an attempt's shim in its own session (from the pool when one is warm); it survives
-    this process, which renews its lease while it supervises it."""
+) -> ShimProcess:
+    """Start an attempt's shim in its own session (forked by the pool's server when there is
+    one); it survives this process, which renews its lease while it supervises it."""
     args = shim_command(inv, grace_s, lease_deadline, nice)
     env = dict(inv.env)
-    warm = pool.take() if pool is not None else None
-    if warm is not None and warm.stdin is not None:
-        try:
-            warm.stdin.write(shimmod.encode_job(args, env))
-            warm.stdin.close()
-            if pool is not None:
-                pool.fill()
-            return warm
-        except OSError:
-            warm.kill()
+    forked = pool.spawn(args, env) if pool is not None else None
+    if forked is not None:
+        return forked
     log = open(inv.attempt_dir / attemptdir.SHIM_LOG, "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
@@ -191,7 +254,7 @@ def start(
     finally:
         log.close()
         if pool is not None:
-            pool.fill()
+            pool.fill()  # the server died: a new one for the next attempt
 
 
 def run(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from fleet_tui.scheduler.procs.invoke import SHIM_BOOT as SHIM_BOOT
 from fleet_tui.scheduler.procs.invoke import SHIM_PATH as SHIM_PATH
 from fleet_tui.scheduler.procs.invoke import Invocation
 from fleet_tui.scheduler.procs.invoke import ShimPool as ShimPool
+from fleet_tui.scheduler.procs.invoke import ShimProcess as ShimProcess
 from fleet_tui.scheduler.procs.invoke import shim_args as shim_args
 
 # the ``x as x`` imports are re-exports for the modules that import them from here; their homes
@@ -74,7 +74,7 @@ def spawn_shim(
     lease_deadline: float,
     pool: ShimPool | None = None,
     nice: int = 0,
-) -> subprocess.Popen[bytes]:
+) -> ShimProcess:
     """Start the shim for an attempt in its own session (``invoke.start``); it survives this
     process."""
     inv = Invocation(tuple(argv), env, stdin_bytes, workdir, attempt_dir)
@@ -140,7 +140,7 @@ class AttemptRunner:
         limits: RunLimits,
         offset: int = 0,
         next_seq: int = 0,
-        popen: subprocess.Popen[bytes] | None = None,
+        popen: ShimProcess | None = None,
         shim_pid: int | None = None,
         shim_ticks: int | None = None,
         sink: Callable[[list[Event], int], Any],

@@ -303,8 +303,77 @@ def encode_job(argv: list[str], env: dict[str, str]) -> bytes:
     return str(len(body)).encode() + b"\n" + body
 
 
+def _serve(job: list[str], env: dict[str, str]) -> int:
+    """Run one job handed over a pipe: stdin from /dev/null, output to the attempt's shim.log."""
+    parsed = Args(job)
+    parsed.env = env
+    log = os.open(os.path.join(parsed.dir, files.SHIM_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    return Shim(parsed).run()
+
+
+def _reap_children() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def zygote() -> int:
+    """A fork server: reads jobs from stdin and forks one shim per job (in a session of its own),
+    answering each with ``PID START_TICKS`` on stdout. Forking this small, already started
+    process costs about a millisecond; a new interpreter costs ten or more. It reaps the shims it
+    forked; when the supervisor goes away (stdin closes) it exits and the shims live on."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select below
+    while True:
+        ready, _, _ = select.select([0, wake_r], [], [])
+        if wake_r in ready:
+            try:
+                os.read(wake_r, 512)
+            except BlockingIOError:
+                pass
+        _reap_children()
+        if 0 not in ready:
+            continue
+        try:
+            job, env = read_job(0)
+        except (EOFError, ValueError, OSError):
+            return 0
+        pid = os.fork()
+        if pid == 0:  # the shim: nothing of the server's may leak into it
+            code = 1
+            try:
+                os.setsid()
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(wake_r)
+                os.close(wake_w)
+                code = _serve(job, env)
+            except BaseException:
+                import traceback  # only on a failure: to shim.log once _serve has opened it
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.write(1, f"{pid} {proctree.proc_start_ticks(pid) or 0}\n".encode())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args == ["--zygote"]:
+        return zygote()
     if args == ["--warm"]:
         # started ahead of time with everything imported; waits for its job on stdin. A supervisor
         # that dies before handing one over closes the pipe, and the warm shim just exits.
@@ -312,16 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             job, env = read_job(0)
         except (EOFError, ValueError, OSError):
             return 0
-        parsed = Args(job)
-        parsed.env = env
-        log = os.open(os.path.join(parsed.dir, files.SHIM_LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(null)
-        os.close(log)
-        return Shim(parsed).run()
+        return _serve(job, env)
     return Shim(Args(args)).run()
 
 

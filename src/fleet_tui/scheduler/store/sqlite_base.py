@@ -21,7 +21,12 @@ from fleet_tui.scheduler.store.notify_store import SQL_TABLE as NOTIFY_TABLE
 from fleet_tui.scheduler.store.notify_store import SqliteNotifications
 from fleet_tui.scheduler.store.protocol import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+#: the page size of a new file: 8 KB pages hold seven 1000-byte output lines where 4 KB pages
+#: held three (rows do not span pages), for little extra cost per small transaction. A file
+#: keeps the page size it was created with (changing it needs a VACUUM outside WAL mode).
+PAGE_SIZE = 8192
 
 _TASK_COLS_SQL = ",\n".join(
     f"  {c} {'REAL' if c in ('lease_until', 'not_before', 'created_at', 'updated_at', 'started_at', 'attempt_started_at', 'finished_at', 'cost_usd') else ''}"  # noqa: E501
@@ -112,6 +117,22 @@ CREATE TRIGGER questions_rev_update AFTER UPDATE OF status ON questions BEGIN ""
     + _BUMP.format(where="id = NEW.task_id")
     + """ END;
 """,
+    # version 3: events in a rowid table with a unique index on (task_id, attempt, seq). The
+    # WITHOUT ROWID layout keeps rows in an index b-tree, whose cells hold at most ~1 KB on a
+    # 4 KB page: a 1000-byte line spilled into an overflow page of its own (~4.7 KB per row).
+    # A rowid table keeps rows up to a page inline; the unique index keeps the order, the
+    # INSERT OR IGNORE de-duplication and the range scans. Rows are copied in key order.
+    """
+CREATE TABLE events_v2 (
+  task_id TEXT NOT NULL, attempt INTEGER NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL,
+  kind TEXT NOT NULL, text TEXT, payload TEXT
+);
+INSERT INTO events_v2(task_id, attempt, seq, ts, kind, text, payload)
+  SELECT task_id, attempt, seq, ts, kind, text, payload FROM events ORDER BY task_id, attempt, seq;
+DROP TABLE events;
+ALTER TABLE events_v2 RENAME TO events;
+CREATE UNIQUE INDEX events_key ON events(task_id, attempt, seq);
+""",
 ]
 
 _DISK_FULL = "database or disk is full"
@@ -159,6 +180,8 @@ class SqliteBase(SqliteNotifications):
                     return
                 self._db.close()  # an older (or empty) file: open it for writing to migrate it
             self._db = self._connect(path, busy_timeout_ms)
+            if not self._db.execute("SELECT 1 FROM sqlite_master").fetchone():
+                self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file: no effect otherwise
             # journal mode is stored in the file: set it only when it is not WAL yet (a write)
             if str(self._db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                 self._db.execute("PRAGMA journal_mode=WAL")

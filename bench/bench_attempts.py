@@ -1,0 +1,107 @@
+"""Per-attempt overhead: N tasks of `true` and N tasks of `sleep 0.1` at concurrency 4 through
+`fleet-tui run --until-idle`, each beside `xargs -P 4` running the same commands, in one run.
+
+The fleet runs with the DEFAULT configuration (an empty fleet home: the load, memory and disk
+gates as a user gets them; ``--gate-off`` lifts the load gate to tell its share apart). For
+`true` it prints the time against xargs (goal <= 10x) and the overhead per attempt per slot
+((fleet - xargs) / N * 4; goal <= 15 ms), also net of an empty `run --until-idle` (the start-up
+and shut-down of the process, measured in the same run). For `sleep 0.1` it prints the
+throughput ratio xargs_time / fleet_time (1.0 = as fast as xargs; goal >= 0.9).
+
+    python bench/bench_attempts.py [--tasks 200] [--concurrency 4] [--only true|sleep] [--gate-off]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLEET = [sys.executable, "-m", "fleet_tui"]
+TIMEOUT_S = 600.0  # a fleet run held longer than this by a gate (the load gate on a busy machine) is cut
+
+
+def cpu_children() -> float:
+    """CPU seconds of this process's finished children (and the descendants they waited for)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def xargs(command: str, n: int, p: int) -> tuple[float, float]:
+    """(seconds, CPU seconds) of xargs running n times `command`."""
+    c0, t0 = cpu_children(), time.perf_counter()
+    subprocess.run(f"seq {n} | xargs -P {p} -I{{}} sh -c '{command}'", shell=True, check=True)
+    return time.perf_counter() - t0, cpu_children() - c0
+
+
+def fleet(command: str, n: int, p: int, gate_off: bool) -> tuple[float, float]:
+    """(seconds, CPU seconds) for `run --until-idle` to drain n tasks of `command` (loading them
+    is not counted); the CPU is the engine's and its shims'."""
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        home = tmp / "home"
+        home.mkdir()  # no config.toml: the defaults
+        if gate_off:
+            (home / "config.toml").write_text("max_load_per_core = 1000.0\n")
+        lines = ["[defaults]", 'coder = "shell"', f'command = "{command}"', ""]
+        for i in range(n):
+            lines += ["[[task]]", f'name = "b{i:04d}"', 'prompt = "x"', ""]
+        (tmp / "t.toml").write_text("\n".join(lines))
+        env = dict(os.environ, FLEET_HOME=str(home))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed fleet-tui has its bytecode cached
+        subprocess.run([*FLEET, "load", str(tmp / "t.toml")], check=True, env=env, capture_output=True)
+        c0, t0 = cpu_children(), time.perf_counter()
+        run = [*FLEET, "run", "--until-idle", "--max-concurrent", str(p)]
+        try:
+            subprocess.run(run, check=True, env=env, capture_output=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"  warning: stopped after {TIMEOUT_S:.0f} s (a gate held? `fleet-tui plan` says why)")
+        secs, cpu = time.perf_counter() - t0, cpu_children() - c0
+        out = subprocess.run(
+            [*FLEET, "status", "--json"], check=True, env=env, capture_output=True, text=True
+        )
+        done = sum(
+            1 for t in json.loads(out.stdout or "[]") if isinstance(t, dict) and t.get("status") == "done"
+        )
+        if n and done != n:
+            print(f"  warning: {done}/{n} tasks done", file=sys.stderr)
+    return secs, cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--only", choices=("true", "sleep"))
+    ap.add_argument("--gate-off", action="store_true", help="lift the load gate (max_load_per_core)")
+    args = ap.parse_args()
+    n, p = args.tasks, args.concurrency
+    config = "load gate lifted" if args.gate_off else "default config"
+    load = os.getloadavg()[0]
+    print(f"tasks={n} concurrency={p} ({config}); load average {load:.1f} on {os.cpu_count()} cores")
+    if args.only in (None, "true"):
+        empty, empty_cpu = fleet("true", 0, p, args.gate_off)
+        (x, x_cpu), (f, f_cpu) = xargs("true", n, p), fleet("true", n, p, args.gate_off)
+        per, net = (f - x) / n * p * 1000, (f - empty - x) / n * p * 1000
+        print(f"{n} x true      : fleet {f:6.2f} s, xargs {x:5.2f} s: {f / x:5.1f}x xargs (goal <= 10x)")
+        print(f"                  overhead {per:5.1f} ms per attempt per slot (goal <= 15 ms);")
+        print(f"                  {net:5.1f} ms net of an empty run ({empty:.2f} s: start-up and shut-down)")
+        cpu = (f_cpu - empty_cpu - x_cpu) / n * 1000
+        print(f"                  CPU {cpu:5.1f} ms per attempt beyond xargs' (engine and shims; empty run")
+        print(f"                  {empty_cpu:.2f} s, xargs {x_cpu / n * 1000:.1f} ms per command)")
+    if args.only in (None, "sleep"):
+        (x, _), (f, _) = xargs("sleep 0.1", n, p), fleet("sleep 0.1", n, p, args.gate_off)
+        ratio = x / f
+        print(f"{n} x sleep 0.1 : fleet {f:6.2f} s, xargs {x:5.2f} s: ratio xargs/fleet {ratio:.2f}", end="")
+        print(" (goal >= 0.9)")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
