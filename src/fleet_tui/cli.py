@@ -497,6 +497,13 @@ def cmd_logs(ctx: Ctx) -> int:
         time.sleep(0.2)
 
 
+def _merger(ctx: Ctx, c: Any) -> Any:
+    """The merge service on this store and home, acting as the controller ``c`` does."""
+    from fleet_tui.scheduler.merger import Merger
+
+    return Merger(c.life, ctx.home, lambda: ctx.cfg.keep_worktrees)
+
+
 def cmd_simple(ctx: Ctx) -> int:
     verb = ctx.args.cmd
     ref = ctx.args.task
@@ -506,11 +513,7 @@ def cmd_simple(ctx: Ctx) -> int:
         raise UserError(f"{verb}: give a TASK (or --all for pause/resume)")
     c = _controller(ctx)
     if verb == "merge":
-        from fleet_tui.scheduler.engine import Engine
-        from fleet_tui.scheduler.launch import merge_task
-
-        eng = Engine(ctx.store, ctx.home, ctx.cfg)
-        res = anyio.run(merge_task, eng, ref)
+        res = anyio.run(_merger(ctx, c).merge, ref)
     else:
         fn = getattr(c, verb)
         res = anyio.run(fn, ref)

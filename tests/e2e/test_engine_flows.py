@@ -207,7 +207,7 @@ def test_broken_task_files_report_file_line_and_queue_nothing(tmp_path: Path, ca
 
 
 def test_engine_and_coders_import_no_ui() -> None:
-    engine = ("engine", "runner", "shim", "sqlite_store", "view", "launch")
+    engine = ("engine", "procs.runner", "procs.shim", "store.sqlite_store", "view", "launch", "lifecycle")
     coders = ("base", "sim", "shell", "claude", "codex", "opencode", "gemini")
     mods = [f"fleet_tui.scheduler.{m}" for m in engine] + [f"fleet_tui.coders.{m}" for m in coders]
     code = (

@@ -26,12 +26,17 @@ from anyio.abc import TaskGroup
 from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
+from fleet_tui.scheduler import lifecycle as lc
+from fleet_tui.scheduler.adopt import Adopter
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
-from fleet_tui.scheduler.finish import cascade, finish_attempt, local_command
+from fleet_tui.scheduler.eventwriter import EventWriter
+from fleet_tui.scheduler.finish import Reaper
 from fleet_tui.scheduler.github import prwatch
-from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
+from fleet_tui.scheduler.launch import Launch, Launcher, LaunchError
+from fleet_tui.scheduler.lifecycle import StopReason
+from fleet_tui.scheduler.merger import Merger
 from fleet_tui.scheduler.model import (
     EngineEvent,
     Event,
@@ -43,10 +48,13 @@ from fleet_tui.scheduler.model import (
 from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
 from fleet_tui.scheduler.policy.outcome import Policy
+from fleet_tui.scheduler.policy.review import make_reviewer
 from fleet_tui.scheduler.policy.verify import AgentReviewer
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.owned import reap_stale
 from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool, write_lease
+from fleet_tui.scheduler.ratelimits import RateLimitBook
+from fleet_tui.scheduler.running import Running, command_agent
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.outage import Resilient, store_error_of
@@ -60,28 +68,11 @@ log = logging.getLogger("fleet_tui.engine")
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
 
 
-class Running:
-    """What the engine holds for one live attempt."""
-
-    def __init__(
-        self, task: Task, runner: AttemptRunner, attempt_dir: Path, coder: str, account: str
-    ) -> None:
-        self.account = account
-        self.task = task
-        self.runner = runner
-        self.dir = attempt_dir
-        self.coder = coder
-        self.done = anyio.Event()
-        self.peak_mem = 0
-        self.metrics_at = 0.0
-        #: what the task's earlier attempts spent: budgets and usage cover the whole task
-        self.base_cost = 0.0
-        self.base_tokens = 0
-        #: the agent ended and its verifiers run (finish.py)
-        self.verifying = False
-
-
 class Engine(Controller):
+    """One engine: its loops (scheduling, housekeeping, leases, commands) and the wiring of its
+    collaborators — the launcher, the reaper, the adopter, the merger, the event writer and the
+    rate-limit book, each given only what it needs."""
+
     home: Path
 
     def __init__(
@@ -105,12 +96,13 @@ class Engine(Controller):
         tune = getattr(store, "set_busy_timeout", None)
         if tune is not None:
             tune(10_000)
-        self.resilient = Resilient(store, self._store_notice)
+        self.resilient = Resilient(store, self.notice)
         super().__init__(
             self.resilient,
             actor=self.owner,
             clock=clock,
             cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s),
+            publish=lc.thread_safe(self.publish_task),
         )
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
@@ -128,7 +120,6 @@ class Engine(Controller):
         self._config_path = config_path
         self._watcher: Any = None
         self._tg: TaskGroup | None = None
-        self._rl_strikes: dict[str, int] = {}
         self._started = anyio.Event()
         self.idle_report: list[tuple[str, str]] = []
         #: ``run --until-idle --max-wait S``: do not sit out a time-based wait longer than this
@@ -136,15 +127,24 @@ class Engine(Controller):
         #: set when an until-idle run ended with a longer time-based wait left (see max_wait)
         self.left_time_waits = False
         self.shim_pool: ShimPool | None = None
-        self._writes: dict[tuple[str, int], tuple[list[Event], int]] = {}
-        self._write_wanted = anyio.Event()
-        self._write_done = anyio.Event()
-        self._write_results: dict[tuple[str, int], bool] = {}
         #: settings given on the command line win over config.toml, also after a hot reload
         self.overrides: dict[str, Any] = {}
+        # the collaborators: each reads the settings as they are now (a hot reload replaces them)
+        settings = lambda: self.cfg  # noqa: E731
+        self.rate_limits = RateLimitBook(self.store, self.clock)
+        self.writer = EventWriter(self.store, self.owner, self.notice)
+        self.launcher = Launcher(
+            self.store, self.home, settings, self.clock, self.owner, lambda: self.shim_pool
+        )
+        self.merger = Merger(self.life, self.home, lambda: self.cfg.keep_worktrees, self.notice)
+        self.reaper = Reaper(
+            self.life, self.home, settings, self.policy, self.reviewer, self.mem, self.rate_limits,
+            self.merger, self._sink, self.notice,
+        )  # fmt: skip
+        self.adopter = Adopter(self.life, settings, self.host, self._launch_runner, self.wake)
 
-    def _store_notice(self, text: str) -> None:
-        """A store outage notice, from a worker thread (or the loop's own)."""
+    def notice(self, text: str) -> None:
+        """A notice for the cockpit, from a worker thread (or the loop's own)."""
         events = [EngineEvent(kind="notice", text=text)]
         try:
             anyio.from_thread.run_sync(self.bus.publish, events)
@@ -189,7 +189,7 @@ class Engine(Controller):
                 await self._tick_housekeeping(first=True)
                 outer.start_soon(self._housekeeping_loop)
                 outer.start_soon(self._lease_loop)
-                outer.start_soon(self._writer_loop)
+                outer.start_soon(self.writer.run)
                 outer.start_soon(self._command_loop)
                 outer.start_soon(prwatch.watch, self)  # pull request state, issue comments
                 outer.start_soon(notify.watch, self)  # notifications and the loop guard (notify/)
@@ -204,11 +204,11 @@ class Engine(Controller):
                         await self._hand_over()
                         for r in list(self.runners.values()):
                             if r.verifying:  # a verifier is no agent: it stops with its engine
-                                r.runner.stop("shutdown")
+                                r.runner.stop(StopReason.SHUTDOWN)
                         rtg.cancel_scope.cancel()
                     else:
                         for r in list(self.runners.values()):
-                            r.runner.stop("shutdown")
+                            r.runner.stop(StopReason.SHUTDOWN)
                 outer.cancel_scope.cancel()
         except Exception as e:
             err = store_error_of(e)
@@ -245,7 +245,7 @@ class Engine(Controller):
             await self._hand_over()
             return
         for r in list(self.runners.values()):
-            r.runner.stop("shutdown")
+            r.runner.stop(StopReason.SHUTDOWN)
         with anyio.move_on_after(self.cfg.kill_grace_s + 15):
             while self.runners:
                 await next(iter(self.runners.values())).done.wait()
@@ -398,43 +398,21 @@ class Engine(Controller):
     async def _start(self, task: Task) -> None:
         self.publish_task(task)
         try:
-            launch = await anyio.to_thread.run_sync(lambda: prepare_attempt(self, task))
+            launch = await anyio.to_thread.run_sync(lambda: self.launcher.prepare(task))
         except LaunchError as e:
-            why = f"never_started: {e}"
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.transition(
-                    task.id,
-                    TaskStatus.NEEDS_HUMAN,
-                    reason=why,
-                    now=self.clock(),
-                    owner=self.owner,
-                    attempt=task.attempt,
-                )
-            )
-            self.publish_task(new)
-            if new is not None:
-                await cascade(self, new)
+            move = lc.never_started(str(e))
+            await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
             return
         except OSError as e:  # a full disk, say: not the task's fault; back to the queue for later
-            why = f"could not prepare the attempt ({e}); trying again in a minute"
-            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: {why}")])
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.transition(
-                    task.id,
-                    TaskStatus.QUEUED,
-                    reason=why,
-                    now=self.clock(),
-                    owner=self.owner,
-                    attempt=task.attempt,
-                    not_before=self.clock() + 60.0,
-                )
-            )
-            self.publish_task(new)
+            move = lc.requeue_later(str(e), self.clock() + 60.0)
+            self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: {move.reason}")])
+            await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
             return
         assert self._tg is not None
         self._launch_runner(task, launch)
 
-    def _launch_runner(self, task: Task, launch: Launch, adopted: bool = False) -> None:
+    def _launch_runner(self, task: Task, launch: Launch) -> None:
+        """Supervise a started (or adopted) attempt: a runner on its shim, in the runners' group."""
         earlier = [a for a in self.store.attempts(task.id) if a.n < task.attempt]
         base_cost = sum(a.cost_usd or 0.0 for a in earlier)
         base_tokens = sum(a.tokens or 0 for a in earlier)
@@ -497,10 +475,10 @@ class Engine(Controller):
                 for e in events
             ]
         if events or offset:
-            kept = await self._write_events(tid, n, events, offset)
+            kept = await self.writer.write(tid, n, events, offset)
             if not kept:  # fenced out: another engine owns this task now; stop our agent
                 if r is not None:
-                    r.runner.stop("lease_lost", "another engine owns this task now")
+                    r.runner.stop(StopReason.LEASE_LOST, "another engine owns this task now")
                 return
         if events:
             self.bus.publish([EngineEvent(kind="event", event=e) for e in events])
@@ -508,11 +486,7 @@ class Engine(Controller):
             return
         for e in events:
             if e.rate_limit is not None:
-                rl = replace(
-                    e.rate_limit, account=r.account, observed_at=e.rate_limit.observed_at or self.clock()
-                )
-                blocked = rl.resets_at if rl.status == "rejected" and rl.resets_at else None
-                await anyio.to_thread.run_sync(self.store.put_rate_limit, rl, blocked)
+                await self.rate_limits.observed(e.rate_limit, r.account)
         ru = r.runner
         if time.monotonic() - r.metrics_at < 1.0 and ru.shim_alive():
             return  # usage figures reach the store (and the cockpit) once a second
@@ -538,58 +512,16 @@ class Engine(Controller):
 
             new = await anyio.to_thread.run_sync(write)
             if new is None:
-                ru.stop("lease_lost", "another engine owns this task now")
+                ru.stop(StopReason.LEASE_LOST, "another engine owns this task now")
             else:
                 r.task = new
                 self.publish_task(new)
-
-    async def _write_events(self, tid: str, n: int, events: list[Event], offset: int) -> bool:
-        """Queue an attempt's events for the writer, which commits every attempt's pending events
-        in one transaction (one thread hop and one commit per cycle, however many agents talk);
-        returns once they are on disk, False when the claim was lost (nothing was written)."""
-        key = (tid, n)
-        pending = self._writes.get(key)
-        self._writes[key] = ((pending[0] if pending else []) + events, offset)
-        done = self._write_done
-        self._write_wanted.set()
-        await done.wait()
-        return self._write_results.get(key, True)
-
-    async def _writer_loop(self) -> None:
-        while True:
-            await self._write_wanted.wait()
-            self._write_wanted = anyio.Event()
-            await anyio.sleep(0.02)  # let the other runners of this tick join the transaction
-            batch, self._writes = self._writes, {}
-            done, self._write_done = self._write_done, anyio.Event()
-            keys = list(batch)
-            work = [(batch[k][0], (k[0], k[1], batch[k][1])) for k in keys]
-            try:
-                with anyio.CancelScope(shield=True):
-                    results = await anyio.to_thread.run_sync(self.store.append_events_batch, work, self.owner)
-                self._write_results = dict(zip(keys, results, strict=True))
-            except Exception as e:
-                # a full disk or a locked store: keep the events and try again in a second (the raw
-                # output stays on disk too); the agents go on meanwhile
-                for k in keys:
-                    later = self._writes.get(k)
-                    self._writes[k] = (
-                        batch[k][0] + (later[0] if later else []),
-                        later[1] if later else batch[k][1],
-                    )
-                self._write_results = {}
-                self.bus.publish([EngineEvent(kind="notice", text=f"writing events failed, retrying: {e}")])
-                done.set()
-                await anyio.sleep(1.0)
-                self._write_wanted.set()
-                continue
-            done.set()
 
     async def _supervise(self, r: Running, launch: Launch) -> None:
         task = r.task
         try:
             result = await r.runner.run()
-            await finish_attempt(self, r, result)
+            await self.reaper.finish(r, result)
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
             self.bus.publish([EngineEvent(kind="notice", text=f"{task.name}: finishing failed: {e!r}")])
@@ -605,8 +537,6 @@ class Engine(Controller):
         """How ``agent`` verifiers of this task ask a read-only reviewer (see review.py)."""
         if not any(v.kind == "agent" for v in task.spec.verify):
             return None
-        from fleet_tui.scheduler.policy.review import make_reviewer
-
         return make_reviewer(self.home, task, self.cfg)
 
     def policy(self) -> Policy:
@@ -764,16 +694,19 @@ class Engine(Controller):
                 # shielded: an engine going idle (run --until-idle) must still answer the command
                 # that made it idle, or the caller waits for nothing
                 with anyio.CancelScope(shield=True):
-                    res = await local_command(self, c.verb, c.task_id or "")
+                    res = await self._command_agent(c.verb, c.task_id or "")
                     await anyio.to_thread.run_sync(
                         self.store.finish_command, c.id, "done" if res.ok else "failed", res.message
                     )
             await anyio.sleep(0.1)
 
+    async def _command_agent(self, verb: str, tid: str) -> CommandResult:
+        return await command_agent(self.runners, verb, tid, self.store, self.life, self.cfg.kill_grace_s)
+
     async def _routed(self, ref: str, verb: str, fallback: Callable[[str], Any]) -> CommandResult:
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is not None and task.id in self.runners:
-            res = await local_command(self, verb, task.id)
+            res = await self._command_agent(verb, task.id)
         else:
             res = await fallback(ref)
         self.publish_task(res.task)
@@ -815,11 +748,7 @@ class Engine(Controller):
         return res
 
     async def merge(self, ref: str) -> CommandResult:
-        from fleet_tui.scheduler.launch import merge_task
-
-        res = await merge_task(self, ref)
-        self.publish_task(res.task)
-        return res
+        return await self.merger.merge(ref)
 
     async def set_config(self, key: str, value: str) -> CommandResult:
         from fleet_tui.config import ConfigError, load_config, set_value
@@ -862,11 +791,9 @@ class Engine(Controller):
 
     # -- adoption -----------------------------------------------------------------------------
     async def _adopt_orphans(self) -> None:
-        from fleet_tui.scheduler.launch import adopt
-
         now = self.clock()
         orphans = await anyio.to_thread.run_sync(self.store.orphaned_tasks, now, 0.0)
         for t in orphans:
             if t.owner == self.owner or t.id in self.runners:
                 continue
-            await adopt(self, t)
+            await self.adopter.adopt(t)

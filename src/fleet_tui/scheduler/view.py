@@ -20,7 +20,8 @@ from fleet_tui.config import Config
 from fleet_tui.scheduler import series
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
-from fleet_tui.scheduler.control import Controller, hostname
+from fleet_tui.scheduler.control import Controller, archived_ids, hostname
+from fleet_tui.scheduler.merger import Merger
 from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, HostSeries, RateLimit, Snapshot, Task
 from fleet_tui.scheduler.policy.gate import REJECTED_HOLD_S
 from fleet_tui.scheduler.policy.headroom import GIB, MemoryModel
@@ -48,8 +49,6 @@ def build_snapshot(
     reading of its own machine, else from the freshest host row; the pulse of each host from the
     store (``series``), the caller's own (fresher) one replacing its stored copy. ``agent_mem``
     is the engine's learned (bytes, measured) figure for one more agent, else the assumed one."""
-    from fleet_tui.scheduler.control import archived_ids
-
     hidden = archived_ids(store)
     tasks = tuple(t for t in store.list_tasks() if t.id not in hidden)
     readings = store.rate_limits()
@@ -145,6 +144,7 @@ class AttachedView(Controller):
         self._seen: dict[str, tuple[int, int]] = {}
         self._stop = False
         self._engine_live: bool | None = None
+        self.merger = Merger(self.life, home, lambda: self.cfg.keep_worktrees)
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -219,9 +219,7 @@ class AttachedView(Controller):
         self._stop = True
 
     async def merge(self, ref: str) -> CommandResult:
-        from fleet_tui.scheduler.launch import merge_task
-
-        return await merge_task(self, ref)
+        return await self.merger.merge(ref)
 
     async def set_config(self, key: str, value: str) -> CommandResult:
         from fleet_tui.config import ConfigError, load_config, set_value

@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.github.api import GitHub, GitHubError, RateLimited
 from fleet_tui.scheduler.github.pullrequest import get_link, is_linked, put_link
 from fleet_tui.scheduler.model import Task
@@ -110,28 +111,19 @@ def _refresh(
         "error": None,
     }
     new: Task | None = None
+    life = lc.Lifecycle(store, lambda: now, actor)
     if pr.state == "merged":
-        new = store.transition(
-            task.id,
-            TaskStatus.DONE,
-            reason=f"merged {(pr.merge_commit or '')[:10]} via pull request #{pr.number}",
-            now=now,
+        why = f"merged {(pr.merge_commit or '')[:10]} via pull request #{pr.number}"
+        new = life.apply(
+            task,
+            lc.mark_done(why, merged_commit=pr.merge_commit),
             expect=[TaskStatus.DONE, TaskStatus.NEEDS_HUMAN],
-            actor=actor,
-            merged_commit=pr.merge_commit,
         )
     elif pr.review == "changes_requested" and pr.review_id and pr.review_id != link.get("review_acted"):
         changes["review_acted"] = pr.review_id
         text = re.sub(r"\s+", " ", pr.review_text or "").strip()[:300] or "see the review"
         if task.status == TaskStatus.DONE:
-            new = store.transition(
-                task.id,
-                TaskStatus.NEEDS_HUMAN,
-                reason=f"changes_requested: pull request #{pr.number}: {text}",
-                now=now,
-                expect=[TaskStatus.DONE],
-                actor=actor,
-            )
+            new = life.apply(task, lc.park_done(f"changes_requested: pull request #{pr.number}: {text}"))
     put_link(store, task.id, changes)
     return new
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fleet_tui.coders.base import AttemptContext, CannotResume, Coder
-from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler import lifecycle as lc
+from fleet_tui.scheduler.api import CommandResult, Commands
 from fleet_tui.scheduler.model import Attempt, Task
 from fleet_tui.scheduler.policy.prompt import trim
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
@@ -206,7 +207,7 @@ def read_record(adir: Path) -> dict[str, Any] | None:
 # -- fleet-tui send -------------------------------------------------------------------------------
 
 
-async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandResult:
+async def send(ctl: Commands, ref: str, text: str, by: str | None = None) -> CommandResult:
     """Queue ``text`` as the next turn of the task's conversation and open that attempt: a done,
     parked or paused task goes back to the queue; a running one is stopped first (its engine
     does it, WIP kept) and requeued; a queued one takes the message at its next start."""
@@ -214,13 +215,14 @@ async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandR
 
     if not text.strip():
         return CommandResult(False, "send: the message is empty; say what the agent should do")
-    task = await ctl._get(ref)
+    task = await ctl.get(ref)
     if isinstance(task, CommandResult):
         return task
     who = by or user_name()
     now = ctl.clock()
     store: Store = ctl.store
-    if task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("taken over by "):
+    why = lc.Reason.of(task)
+    if task.status == TaskStatus.NEEDS_HUMAN and why is not None and why.code == lc.ReasonCode.TAKEN_OVER:
         return CommandResult(False, f"{task.name} is {task.reason}; finish the takeover first")
     await anyio.to_thread.run_sync(add_pending, store, task.id, text, who, now)
     if task.status == TaskStatus.QUEUED:
@@ -231,21 +233,9 @@ async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandR
             await anyio.to_thread.run_sync(clear_pending, store, task.id)
             return res
         return CommandResult(True, f"{task.name}: agent stopped; follow-up queued", res.task)
-    res = await ctl._direct(
-        task,
-        TaskStatus.QUEUED,
-        f"follow-up by {who}",
-        retries_used=0,
-        false_completions=0,
-        handoffs=0,
-        not_before=None,
-        paused_running=0,
-    )
+    res = await ctl.command(task, lc.follow_up(who))
     if not res.ok:
         await anyio.to_thread.run_sync(clear_pending, store, task.id)
         return res
-    wake = getattr(ctl, "wake", None)
-    if wake is not None:
-        wake()
-        ctl.publish_task(res.task)
+    ctl.wake()
     return CommandResult(True, f"{task.name}: follow-up queued (attempt {task.attempt + 1})", res.task)
