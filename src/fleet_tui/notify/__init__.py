@@ -20,18 +20,18 @@ from fleet_tui.notify.send import Result, send_now
 
 if TYPE_CHECKING:
     from fleet_tui.config import Config
-    from fleet_tui.scheduler.engine import Engine
+    from fleet_tui.notify.host import NotifierHost
 
 _terminals: weakref.WeakKeyDictionary[Any, Callable[[str], Any]] = weakref.WeakKeyDictionary()
 
 
-def use_terminal(engine: Engine, write: Callable[[str], Any]) -> None:
+def use_terminal(engine: NotifierHost, write: Callable[[str], Any]) -> None:
     """Terminal notifications of ``engine`` go through ``write`` (the cockpit's driver) instead of
     straight to file descriptor 1."""
     _terminals[engine] = write
 
 
-async def watch(engine: Engine) -> None:
+async def watch(engine: NotifierHost) -> None:
     """Run the notifier and loop guard of ``engine`` until cancelled. A failure in here must never
     take the engine down: it is reported as a notice and the watcher starts afresh."""
     from fleet_tui.notify.watcher import Watcher
@@ -47,7 +47,7 @@ async def watch(engine: Engine) -> None:
             await anyio.sleep(1.0)
 
 
-async def engine_failed(engine: Engine, error: BaseException) -> None:
+async def engine_failed(engine: NotifierHost, error: BaseException) -> None:
     """The engine stops on an error: tell the person (bounded by notify_timeout_s, never raises)."""
     from fleet_tui.notify.send import wants
     from fleet_tui.notify.watcher import build_targets

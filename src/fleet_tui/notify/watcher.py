@@ -36,7 +36,7 @@ from fleet_tui.scheduler.states import TaskStatus
 
 if TYPE_CHECKING:
     from fleet_tui.config import Config
-    from fleet_tui.scheduler.engine import Engine
+    from fleet_tui.notify.host import NotifierHost
 
 
 def build_targets(cfg: Config, terminal: Any = None, problems: list[str] | None = None) -> list[Target]:
@@ -64,7 +64,7 @@ def desktop_wanted(cfg: Config) -> bool:
 
 
 class Watcher:
-    def __init__(self, engine: Engine, terminal: Any = None) -> None:
+    def __init__(self, engine: NotifierHost, terminal: Any = None) -> None:
         self.engine = engine
         self.terminal = terminal
         self.started = engine.clock()

@@ -191,7 +191,10 @@ class Engine(Controller):
                 outer.start_soon(self._lease_loop)
                 outer.start_soon(self.writer.run)
                 outer.start_soon(self._command_loop)
-                outer.start_soon(prwatch.watch, self)  # pull request state, issue comments
+                outer.start_soon(  # pull request state, issue comments
+                    prwatch.watch, self.store, self.clock, self.owner, lambda: self.cfg.github_poll_s,
+                    self.notice, self.publish_task,
+                )  # fmt: skip
                 outer.start_soon(notify.watch, self)  # notifications and the loop guard (notify/)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg

@@ -20,6 +20,7 @@ A rate limit holds every call until the reset GitHub announced; errors are kept 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -128,27 +129,33 @@ def _refresh(
     return new
 
 
-async def watch(engine: Any) -> None:
-    """The engine's GitHub loop (runs until cancelled; never raises)."""
+async def watch(
+    store: Any,
+    clock: Callable[[], float],
+    actor: str,
+    poll_s: Callable[[], float],
+    notice: Callable[[str], None],
+    publish: Callable[[Task], None],
+) -> None:
+    """An engine's GitHub loop (runs until cancelled; never raises): owed comments every few
+    seconds, open pull requests every ``poll_s()``; tasks it moved go to ``publish``."""
     last_poll = float("-inf")
     hold_until = 0.0
     while True:
-        await anyio.sleep(min(COMMENT_TICK_S, engine.cfg.github_poll_s))
-        now = engine.clock()
+        await anyio.sleep(min(COMMENT_TICK_S, poll_s()))
+        now = clock()
         if now < hold_until:
             continue
-        poll = now - last_poll >= engine.cfg.github_poll_s
+        poll = now - last_poll >= poll_s()
         try:
-            changed = await anyio.to_thread.run_sync(tick, engine.store, now, engine.actor, poll)
+            changed = await anyio.to_thread.run_sync(tick, store, now, actor, poll)
         except RateLimited as e:
             hold_until = e.reset_at or now + RATE_LIMIT_PAUSE_S
             continue
         except Exception as e:  # a store hiccup must not stop the engine
-            from fleet_tui.scheduler.model import EngineEvent
-
-            engine.bus.publish([EngineEvent(kind="notice", text=f"GitHub poll failed: {e}")])
+            notice(f"GitHub poll failed: {e}")
             continue
         if poll:
             last_poll = now
         for t in changed:
-            engine.publish_task(t)
+            publish(t)
