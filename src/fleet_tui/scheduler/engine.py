@@ -16,7 +16,6 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,7 @@ from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool,
 from fleet_tui.scheduler.ratelimits import RateLimitBook
 from fleet_tui.scheduler.running import Running, command_agent
 from fleet_tui.scheduler.series import Counters, SeriesCollector
+from fleet_tui.scheduler.sink import AttemptSink
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.outage import Resilient, store_error_of
 from fleet_tui.scheduler.store.protocol import Store
@@ -133,13 +133,22 @@ class Engine(Controller):
         settings = lambda: self.cfg  # noqa: E731
         self.rate_limits = RateLimitBook(self.store, self.clock)
         self.writer = EventWriter(self.store, self.owner, self.notice)
+        self.sink = AttemptSink(
+            self.store,
+            self.owner,
+            self.runners,
+            self.writer,
+            self.rate_limits,
+            self.bus.publish,
+            self.publish_task,
+        )
         self.launcher = Launcher(
             self.store, self.home, settings, self.clock, self.owner, lambda: self.shim_pool
         )
         self.merger = Merger(self.life, self.home, lambda: self.cfg.keep_worktrees, self.notice)
         self.reaper = Reaper(
             self.life, self.home, settings, self.policy, self.reviewer, self.mem, self.rate_limits,
-            self.merger, self._sink, self.notice,
+            self.merger, self.sink.take, self.notice,
         )  # fmt: skip
         self.adopter = Adopter(self.life, settings, self.host, self._launch_runner, self.wake)
 
@@ -431,7 +440,7 @@ class Engine(Controller):
         tid, n = task.id, task.attempt
 
         async def sink(events: list[Event], offset: int) -> None:
-            await self._sink(tid, n, events, offset)
+            await self.sink.take(tid, n, events, offset)
 
         runner = AttemptRunner(
             task_id=tid,
@@ -466,59 +475,6 @@ class Engine(Controller):
     def _asking(self, task_id: str) -> bool:
         t = next((t for t in self._snapshot.tasks if t.id == task_id), None)
         return bool(t and t.asking)
-
-    async def _sink(self, tid: str, n: int, events: list[Event], offset: int) -> None:
-        r = self.runners.get(tid)
-        if r is not None and any(e.rate_limit is not None for e in events):
-            # a coder names its vendor; the limit belongs to the task's account (coder + model)
-            events = [
-                replace(e, rate_limit=replace(e.rate_limit, account=r.account))
-                if e.rate_limit is not None and e.rate_limit.account != r.account
-                else e
-                for e in events
-            ]
-        if events or offset:
-            kept = await self.writer.write(tid, n, events, offset)
-            if not kept:  # fenced out: another engine owns this task now; stop our agent
-                if r is not None:
-                    r.runner.stop(StopReason.LEASE_LOST, "another engine owns this task now")
-                return
-        if events:
-            self.bus.publish([EngineEvent(kind="event", event=e) for e in events])
-        if r is None:
-            return
-        for e in events:
-            if e.rate_limit is not None:
-                await self.rate_limits.observed(e.rate_limit, r.account)
-        ru = r.runner
-        if time.monotonic() - r.metrics_at < 1.0 and ru.shim_alive():
-            return  # usage figures reach the store (and the cockpit) once a second
-        r.metrics_at = time.monotonic()
-        # a task's tokens and cost cover all its attempts (and reviews): earlier ones + this one
-        changes: dict[str, Any] = {}
-        if r.base_tokens + ru.tokens != r.task.tokens:
-            changes["tokens"] = r.base_tokens + ru.tokens
-        if ru.cost_usd is not None and r.base_cost + ru.cost_usd != r.task.cost_usd:
-            changes["cost_usd"] = r.base_cost + ru.cost_usd
-        if ru.context_tokens != r.task.context_tokens and ru.context_tokens is not None:
-            changes["context_tokens"] = ru.context_tokens
-        if ru.context_window != r.task.context_window and ru.context_window is not None:
-            changes["context_window"] = ru.context_window
-        if changes:
-
-            def write() -> Task | None:
-                # the attempt's own figures too, so today's spend (the gauge) counts a live attempt
-                self.store.update_attempt(
-                    tid, n, owner=self.owner, cost_usd=ru.cost_usd or 0.0, tokens=ru.tokens
-                )
-                return self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
-
-            new = await anyio.to_thread.run_sync(write)
-            if new is None:
-                ru.stop(StopReason.LEASE_LOST, "another engine owns this task now")
-            else:
-                r.task = new
-                self.publish_task(new)
 
     async def _supervise(self, r: Running, launch: Launch) -> None:
         task = r.task
