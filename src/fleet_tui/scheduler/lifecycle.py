@@ -191,13 +191,19 @@ RETRIED_FAILURES = frozenset(
 
 
 class StopReason(StrEnum):
-    """Why the engine stopped an agent (``AttemptRunner.stop``'s reason)."""
+    """Why the engine stopped an agent (``AttemptRunner.stop``'s reason; policy/outcome.py
+    decides what each means for the task)."""
 
     KILLED_BY_USER = "killed_by_user"
     CANCELLED = "cancelled"
     RETRY_BY_USER = "retry_by_user"
     SHUTDOWN = "shutdown"
     LEASE_LOST = "lease_lost"
+    STALLED = "stalled"
+    TIMEOUT = "timeout"
+    OVER_BUDGET = "over_budget"
+    LOOPING = "looping"
+    CONTEXT_PRESSURE = "context_pressure"
 
 
 # -- moves ----------------------------------------------------------------------------------------
