@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 
 from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
-from fleet_tui.config import Config
+from fleet_tui.config import Config, ConfigError, ConfigWatcher, load_config, set_value
 from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.adopt import Adopter
 from fleet_tui.scheduler.api import CommandResult
@@ -32,6 +32,8 @@ from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
 from fleet_tui.scheduler.eventwriter import EventWriter
 from fleet_tui.scheduler.finish import Reaper
+from fleet_tui.scheduler.git import worktree as wt
+from fleet_tui.scheduler.git import wtmark
 from fleet_tui.scheduler.github import prwatch
 from fleet_tui.scheduler.launch import Launch, Launcher, LaunchError
 from fleet_tui.scheduler.lifecycle import StopReason
@@ -57,7 +59,7 @@ from fleet_tui.scheduler.running import Running, command_agent
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.sink import AttemptSink
 from fleet_tui.scheduler.states import TaskStatus
-from fleet_tui.scheduler.store.outage import Resilient, store_error_of
+from fleet_tui.scheduler.store.outage import Resilient, is_transient, store_error_of
 from fleet_tui.scheduler.store.protocol import Store
 from fleet_tui.scheduler.store.storeclock import StoreClock
 from fleet_tui.scheduler.view import build_snapshot, carry_over, midnight
@@ -190,8 +192,6 @@ class Engine(Controller):
             self.shim_pool = ShimPool(size=min(2, self.cfg.max_concurrent))
             await anyio.to_thread.run_sync(self.shim_pool.fill)
         if self._config_path is not None:
-            from fleet_tui.config import ConfigWatcher
-
             self._watcher = ConfigWatcher(self._config_path)
         try:
             async with anyio.create_task_group() as outer:
@@ -545,8 +545,6 @@ class Engine(Controller):
             )
             self._hb_ok_at = started
         except Exception as e:
-            from fleet_tui.scheduler.store.outage import is_transient
-
             if not is_transient(e):
                 raise
         finally:
@@ -710,8 +708,6 @@ class Engine(Controller):
         return await self.merger.merge(ref)
 
     async def set_config(self, key: str, value: str) -> CommandResult:
-        from fleet_tui.config import ConfigError, load_config, set_value
-
         if self._config_path is None:
             return CommandResult(False, "this engine has no config file")
         try:
@@ -724,8 +720,6 @@ class Engine(Controller):
 
     async def _sweep_worktrees(self) -> None:
         """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""
-        from fleet_tui.scheduler.git import worktree as wt
-        from fleet_tui.scheduler.git import wtmark
 
         def keep(name: str) -> bool:
             # read at decision time: another engine may have added and started it meanwhile

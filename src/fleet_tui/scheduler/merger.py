@@ -17,6 +17,7 @@ import anyio
 from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.git import worktree as wt
+from fleet_tui.scheduler.github.pullrequest import publish
 from fleet_tui.scheduler.launch import load_worktree
 from fleet_tui.scheduler.lifecycle import Lifecycle
 from fleet_tui.scheduler.model import Task
@@ -65,8 +66,6 @@ class Merger:
                 False, f"{task.name} ran without git_ref (in place): there is no branch to merge"
             )
         if task.spec.merge == "pr":  # merge = "pr": (re)push and open/update the pull request
-            from fleet_tui.scheduler.github.pullrequest import publish
-
             return await anyio.to_thread.run_sync(lambda: publish(self.life, task, info))
         return await anyio.to_thread.run_sync(lambda: self.merge_now(task, info))
 
@@ -85,8 +84,6 @@ class Merger:
             if info.path.exists():
                 wt.wip_commit(info.path, f"fleet-tui: work of {task.name} (attempt {task.attempt})")
             if task.spec.merge == "pr":  # push + pull request (pullrequest.py); failures park the task
-                from fleet_tui.scheduler.github.pullrequest import publish
-
                 publish(self.life, task, info)
                 return
             if task.spec.merge != "auto":
