@@ -9,13 +9,11 @@ The cockpit holds an ``EngineAPI`` and nothing else: it pulls ``snapshot()`` on 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from fleet_tui.scheduler.lifecycle import Move
 from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Snapshot, Task, TaskSpec, Transition
-from fleet_tui.scheduler.store.protocol import Store
 
 
 @dataclass(frozen=True)
@@ -67,32 +65,4 @@ class EngineAPI(Protocol):
 
     async def shutdown(self, leave_running: bool) -> None:
         """Stop the engine: leave agents running for a later adopter, or stop them all."""
-        ...
-
-
-class Commands(Protocol):
-    """What the people's commands (humans/: send, approve, takeover) need of a controller: the
-    store, its clock and actor, a task by name, a move applied, and a running agent stopped.
-    ``control.Controller`` (the CLI's), the engine and the attached view all are one."""
-
-    store: Store
-    actor: str
-
-    @property
-    def clock(self) -> Callable[[], float]: ...
-
-    async def get(self, ref: str) -> Task | CommandResult:
-        """The task, or a failed result saying there is none (with a did-you-mean)."""
-        ...
-
-    async def command(self, task: Task, move: Move) -> CommandResult:
-        """Apply ``move`` to a task no engine holds, fenced by the state it was seen in."""
-        ...
-
-    async def kill(self, ref: str) -> CommandResult: ...
-
-    async def retry(self, ref: str) -> CommandResult: ...
-
-    def wake(self) -> None:
-        """Tell the scheduler here (if any) that the queue changed."""
         ...

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
+from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import PARKED, TaskStatus
 from fleet_tui.scheduler.store.protocol import Store
@@ -115,7 +116,7 @@ class Reason:
     def text(self) -> str:
         bare, before, after = _FORMS[self.code]
         if self.detail is None:
-            return bare if bare is not None else before.rstrip(": ")
+            return bare if bare is not None else self.code.value
         return before + self.detail + after
 
     def __str__(self) -> str:
@@ -479,3 +480,31 @@ def _root_cause(task: Task) -> tuple[str, str]:
         root = head.split("← ", 1)[1].strip() if "← " in head else parent
         return root, cause[:-1] if cause.endswith(")") else (cause or "dependency_failed")
     return task.name, (why if len(why) <= 80 else why[:79] + "…")
+
+
+class Commands(Protocol):
+    """What the people's commands (humans/: send, approve, takeover) need of a controller: the
+    store, its clock and actor, a task by name, a move applied, and a running agent stopped.
+    ``control.Controller`` (the CLI's), the engine and the attached view all are one."""
+
+    store: Store
+    actor: str
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    async def get(self, ref: str) -> Task | CommandResult:
+        """The task, or a failed result saying there is none (with a did-you-mean)."""
+        ...
+
+    async def command(self, task: Task, move: Move) -> CommandResult:
+        """Apply ``move`` to a task no engine holds, fenced by the state it was seen in."""
+        ...
+
+    async def kill(self, ref: str) -> CommandResult: ...
+
+    async def retry(self, ref: str) -> CommandResult: ...
+
+    def wake(self) -> None:
+        """Tell the scheduler here (if any) that the queue changed."""
+        ...

@@ -22,7 +22,8 @@ from typing import Any
 
 from fleet_tui.coders.base import AttemptContext, CannotResume, Coder
 from fleet_tui.scheduler import lifecycle as lc
-from fleet_tui.scheduler.api import CommandResult, Commands
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.lifecycle import Commands
 from fleet_tui.scheduler.model import Attempt, Task
 from fleet_tui.scheduler.policy.prompt import trim
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus

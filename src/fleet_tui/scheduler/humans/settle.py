@@ -12,7 +12,8 @@ from __future__ import annotations
 import anyio
 
 from fleet_tui.scheduler import lifecycle as lc
-from fleet_tui.scheduler.api import CommandResult, Commands
+from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.lifecycle import Commands
 from fleet_tui.scheduler.model import TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 

@@ -24,8 +24,9 @@ import anyio
 
 from fleet_tui.coders.base import CannotResume, get_coder
 from fleet_tui.scheduler import lifecycle as lc
-from fleet_tui.scheduler.api import CommandResult, Commands
+from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.humans import followup, settle
+from fleet_tui.scheduler.lifecycle import Commands
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 from fleet_tui.scheduler.store.protocol import Store
