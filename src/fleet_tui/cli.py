@@ -24,6 +24,7 @@ from fleet_tui.cli_context import (
     UserError,
     coder_tools,
     controller,
+    merger,
     task_or_fail,
 )
 from fleet_tui.report import (
@@ -365,11 +366,7 @@ def cmd_simple(ctx: Ctx) -> int:
         raise UserError(f"{verb}: give a TASK (or --all for pause/resume)")
     c = controller(ctx)
     if verb == "merge":
-        from fleet_tui.scheduler.engine import Engine
-        from fleet_tui.scheduler.launch import merge_task
-
-        eng = Engine(ctx.store, ctx.home, ctx.cfg)
-        res = anyio.run(merge_task, eng, ref)
+        res = anyio.run(merger(ctx, c).merge, ref)
     else:
         fn = getattr(c, verb)
         res = anyio.run(fn, ref)

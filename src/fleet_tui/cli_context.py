@@ -160,3 +160,10 @@ def task_or_fail(ctx: Ctx, ref: str) -> Any:
 
         raise UserError(no_task_message(ref, ctx.store.task_names()))
     return t
+
+
+def merger(ctx: Ctx, c: Any) -> Any:
+    """The merge service on this store and home, acting as the controller ``c`` does."""
+    from fleet_tui.scheduler.merger import Merger
+
+    return Merger(c.life, ctx.home, lambda: ctx.cfg.keep_worktrees)

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from fleet_tui.cli_context import UserError, coder_tools, controller, task_or_fail
+from fleet_tui.cli_context import UserError, coder_tools, controller, merger, task_or_fail
 from fleet_tui.scheduler.humans.inbox import sanitize_for_display as clean
 
 
@@ -67,14 +67,12 @@ def cmd_send(ctx: Any) -> int:
 def cmd_approve(ctx: Any) -> int:
     from fleet_tui.scheduler.humans import followup, settle
 
-    res = anyio.run(settle.approve, controller(ctx), ctx.args.task, followup.user_name())
+    ctl = controller(ctx)
+    res = anyio.run(settle.approve, ctl, ctx.args.task, followup.user_name())
     if not res.ok:
         raise _fail(res.message)
     if res.task is not None:  # what its worktree holds goes to the branch; auto-merge if asked
-        from fleet_tui.scheduler.engine import Engine
-        from fleet_tui.scheduler.launch import after_done
-
-        after_done(Engine(ctx.store, ctx.home, ctx.cfg), res.task)
+        merger(ctx, ctl).after_done(res.task)
     print(clean(res.message))
     return 0
 
@@ -149,9 +147,8 @@ def _ask(name: str) -> str:
 
 
 def cmd_takeover(ctx: Any) -> int:
-    from fleet_tui.scheduler.engine import Engine
     from fleet_tui.scheduler.humans import followup, takeover
-    from fleet_tui.scheduler.launch import after_done
+    from fleet_tui.scheduler.policy.review import make_reviewer
     from fleet_tui.scheduler.policy.verify import run_verifiers
     from fleet_tui.scheduler.sandbox.policy import verifier_wrap
 
@@ -175,17 +172,19 @@ def cmd_takeover(ctx: Any) -> int:
         except OSError as e:
             print(f"{task.name}: cannot start {it.argv[0]}: {e}", file=sys.stderr)
     choice = ctx.args.then or _ask(task.name)
-    eng = Engine(ctx.store, ctx.home, ctx.cfg)
 
     def verify(t: Any) -> takeover.VerifyVerdict:
         wd = Path(t.workdir or t.worktree or t.spec.cwd)
         wrap = verifier_wrap(ctx.home, ctx.cfg.sandbox, t, wd)
-        vr = run_verifiers(t.spec.verify, wd, reviewer=eng.reviewer(t), wrap=wrap)
+        reviewer = (
+            make_reviewer(ctx.home, t, ctx.cfg) if any(v.kind == "agent" for v in t.spec.verify) else None
+        )
+        vr = run_verifiers(t.spec.verify, wd, reviewer=reviewer, wrap=wrap)
         return takeover.VerifyVerdict(vr.passed, vr.label, vr.output or "")
 
     out = anyio.run(takeover.finish, ctl, task.id, choice, by, verify)
     if out.ok and out.task is not None and out.task.status.value == "done":
-        after_done(eng, out.task)
+        merger(ctx, ctl).after_done(out.task)
     if not out.ok:
         raise _fail(out.message)
     print(clean(out.message))

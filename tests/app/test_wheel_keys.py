@@ -50,7 +50,7 @@ def engine_on(store: Store, tasks: list[Task]) -> FakeEngine:
         Snapshot(taken_at=sc.NOW, tasks=tuple(tasks), hosts=(sc.HOST,), gauges=sc.base_gauges())
     )
     ctl = Controller(store, actor="cockpit")
-    for name in ("store", "clock", "actor", "_get", "_direct", "retry"):
+    for name in ("store", "clock", "actor", "life", "get", "command", "retry", "wake"):
         setattr(engine, name, getattr(ctl, name))
     return engine
 

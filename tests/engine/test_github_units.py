@@ -171,10 +171,10 @@ def test_imported_task_comments_on_start_and_park_once(store: Any, fake: FakeGit
 
 def test_publish_on_a_parked_task_without_remote_does_not_raise(store: Any, tmp_path: Path) -> None:
     import subprocess
-    from types import SimpleNamespace
 
     from fleet_tui.scheduler.git.worktree import WorktreeInfo
     from fleet_tui.scheduler.github.pullrequest import publish
+    from fleet_tui.scheduler.lifecycle import Lifecycle
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -182,9 +182,9 @@ def test_publish_on_a_parked_task_without_remote_does_not_raise(store: Any, tmp_
     (t,) = store.add_tasks([TaskSpec(name="t1", prompt="p", merge="pr", git_ref="main")], 1.0)
     store.claim("o", "h", (), 2.0, 30.0, "sim", None)
     store.transition(t.id, TaskStatus.NEEDS_HUMAN, reason="push_rejected: no git remote", now=3.0)
-    engine = SimpleNamespace(store=store, clock=lambda: 4.0, actor="t")
+    life = Lifecycle(store, lambda: 4.0, "t")
     info = WorktreeInfo(repo, tmp_path / "gone", "fleet/t1", "main", "0" * 40)
-    res = publish(engine, store.get_task(t.id), info)
+    res = publish(life, store.get_task(t.id), info)
     assert not res.ok and "push_rejected: no git remote" in res.message
     assert store.get_task(t.id).status == TaskStatus.NEEDS_HUMAN
 

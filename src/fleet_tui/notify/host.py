@@ -1,42 +1,42 @@
-"""What the notifier needs from the engine that hosts it, and nothing more.
+"""What the notifier needs of the engine it runs in (a Protocol, so notify/ imports no engine).
 
-``watch`` and ``engine_failed`` run inside every engine, but they only read its config, store,
-clock, owner and running tasks, publish on its bus and follow its events. Naming that as a
-protocol keeps ``notify`` from importing the engine (no import cycle), and any host (a test's
-fake, a future engine process) that has these members can carry a notifier.
+The watcher follows the engine's event stream and snapshot, claims notifications in its store as
+its owner, answers questions (then wakes the scheduler), and stops an agent its loop guard
+catches; the engine (``scheduler.engine.Engine``) is one.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from fleet_tui.config import Config
-    from fleet_tui.scheduler.bus import Bus
-    from fleet_tui.scheduler.model import EngineEvent, Snapshot
-    from fleet_tui.scheduler.store.protocol import Store
+from fleet_tui.config import Config
+from fleet_tui.scheduler.bus import Bus
+from fleet_tui.scheduler.model import EngineEvent, Snapshot
+from fleet_tui.scheduler.running import Running
+from fleet_tui.scheduler.store.protocol import Store
 
 
 class NotifierHost(Protocol):
-    """The members of an engine the notifier and loop guard use."""
-
     @property
     def cfg(self) -> Config: ...
-
-    @property
-    def store(self) -> Store: ...
 
     @property
     def owner(self) -> str: ...
 
     @property
+    def store(self) -> Store: ...
+
+    @property
     def bus(self) -> Bus: ...
 
     @property
-    def runners(self) -> Mapping[str, Any]: ...
+    def runners(self) -> Mapping[str, Running]:
+        """The attempts this engine runs, by task id."""
+        ...
 
-    def clock(self) -> float: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
     def snapshot(self) -> Snapshot: ...
 

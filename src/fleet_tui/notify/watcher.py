@@ -30,6 +30,7 @@ from fleet_tui.notify.send import (
     wants,
 )
 from fleet_tui.notify.telegram import Telegram
+from fleet_tui.scheduler.lifecycle import StopReason
 from fleet_tui.scheduler.model import (
     AgentEvent,
     EngineEvent,
@@ -179,7 +180,7 @@ class Watcher:
         r = self.engine.runners.get(task_id)
         if r is None or r.runner.stop_reason is not None:
             return False
-        r.runner.stop("looping", reason)
+        r.runner.stop(StopReason.LOOPING, reason)
         self._notice(f"{r.task.name}: looping: {reason}; stopping it")
         return True
 

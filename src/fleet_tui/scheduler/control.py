@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 
+from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.lifecycle import Lifecycle, Move
 from fleet_tui.scheduler.model import Attempt, Event, Task, TaskSpec, Transition
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.attemptdir import ShimInfo, read_shim
@@ -65,6 +66,7 @@ class Controller:
         actor: str = "cli",
         clock: Callable[[], float] = time.time,
         cfg: ControlConfig | None = None,
+        publish: Callable[[Task], None] | None = None,
     ) -> None:
         self.store = store
         self.actor = actor
@@ -72,6 +74,11 @@ class Controller:
         # given by a caller (a test's) is used as it is
         self.clock = StoreClock(store) if clock is time.time else clock
         self.ccfg = cfg or ControlConfig()
+        #: every change of a task's state made here (lifecycle.py)
+        self.life = Lifecycle(store, self.clock, actor, publish)
+
+    def wake(self) -> None:
+        """Nothing schedules here; the engine wakes its scheduler."""
 
     # -- helpers ------------------------------------------------------------------------------
     async def _t(self, fn: Callable[..., object], *args: object, **kw: object) -> object:
@@ -104,6 +111,11 @@ class Controller:
             f"within {self.ccfg.command_timeout_s:g}s; is it stuck? `fleet-tui hosts`",
         )
 
+    async def stop_for_followup(self, task: Task) -> CommandResult | None:
+        """Ask the engine owning ``task`` to stop its agent at the next turn boundary (None when
+        no live engine owns it)."""
+        return await self._remote(task, "followup")
+
     def _stop_local_shim(self, task: Task) -> None:
         """Stop the agent of a task whose engine is gone, when its shim runs on this machine."""
         att = self.store.get_attempt(task.id, task.attempt)
@@ -116,31 +128,23 @@ class Controller:
             except OSError:
                 pass
 
-    def _move(self, task: Task, dst: TaskStatus, reason: str | None, **fields: Any) -> Task | None:
-        return self.store.transition(
-            task.id, dst, reason=reason, now=self.clock(), expect=[task.status], actor=self.actor, **fields
-        )
-
-    async def _direct(
-        self, task: Task, dst: TaskStatus, reason: str | None, **fields: object
-    ) -> CommandResult:
+    async def command(self, task: Task, move: Move) -> CommandResult:
+        """Apply a user's move to a task no engine holds (fenced by the state it was seen in)."""
         try:
-            new = await anyio.to_thread.run_sync(lambda: self._move(task, dst, reason, **fields))
+            new = await anyio.to_thread.run_sync(lambda: self.life.apply(task, move))
         except IllegalTransition as e:
             return CommandResult(
-                False, f"{task.name} is {task.status.value}: cannot move it to {dst.value} ({e})"
+                False, f"{task.name} is {task.status.value}: cannot move it to {move.dst.value} ({e})"
             )
         except StoreError as e:
             return CommandResult(False, str(e))
         if new is None:
             return CommandResult(False, f"{task.name} changed meanwhile; look again (`fleet-tui status`)")
-        if dst in PARKED:
-            await anyio.to_thread.run_sync(cascade_failure, self.store, new, self.clock(), self.actor)
-        if dst == TaskStatus.QUEUED:
-            await anyio.to_thread.run_sync(cascade_restore, self.store, new, self.clock(), self.actor)
-        return CommandResult(True, f"{task.name}: {dst.value}" + (f" ({reason})" if reason else ""), new)
+        why = f" ({move.reason.text})" if move.reason is not None else ""
+        return CommandResult(True, f"{task.name}: {move.dst.value}{why}", new)
 
-    async def _get(self, ref: str) -> Task | CommandResult:
+    async def get(self, ref: str) -> Task | CommandResult:
+        """The task named (or with the id) ``ref``, else a failed result that says so."""
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is None:
             names = await anyio.to_thread.run_sync(self.store.task_names)
@@ -167,7 +171,7 @@ class Controller:
         return CommandResult(True, f"queued {len(tasks)}: {names}", tasks[0] if tasks else None)
 
     async def kill(self, ref: str) -> CommandResult:
-        task = await self._get(ref)
+        task = await self.get(ref)
         if isinstance(task, CommandResult):
             return task
         if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN):
@@ -175,10 +179,10 @@ class Controller:
         res = await self._on_running(task, "kill")
         if res is not None:
             return res
-        return await self._direct(task, TaskStatus.NEEDS_HUMAN, "killed_by_user", paused_running=0)
+        return await self.command(task, lc.kill())
 
     async def cancel(self, ref: str) -> CommandResult:
-        task = await self._get(ref)
+        task = await self.get(ref)
         if isinstance(task, CommandResult):
             return task
         if task.status in (TaskStatus.DONE, TaskStatus.CANCELLED):
@@ -186,16 +190,16 @@ class Controller:
         res = await self._on_running(task, "cancel")
         if res is not None:
             return res
-        return await self._direct(task, TaskStatus.CANCELLED, "cancelled by user", paused_running=0)
+        return await self.command(task, lc.cancel())
 
     async def retry(self, ref: str) -> CommandResult:
-        task = await self._get(ref)
+        task = await self.get(ref)
         if isinstance(task, CommandResult):
             return task
         if task.status == TaskStatus.DONE:
             return CommandResult(False, f"{task.name} is done; add a new task to redo it")
         if task.status == TaskStatus.QUEUED:
-            return await self._direct(task, TaskStatus.QUEUED, "retry by user", not_before=None)
+            return await self.command(task, lc.retry(queued=True))
         if task.status not in ACTIVE:
             deps = await anyio.to_thread.run_sync(self.store.dependencies, task.id)
             parked = [d for d in deps if d.status in PARKED]
@@ -210,28 +214,19 @@ class Controller:
         res = await self._on_running(task, "retry")
         if res is not None:
             return res
-        return await self._direct(
-            task,
-            TaskStatus.QUEUED,
-            "retry by user",
-            retries_used=0,
-            false_completions=0,
-            handoffs=0,
-            not_before=None,
-            paused_running=0,
-        )
+        return await self.command(task, lc.retry())
 
     async def pause(self, ref: str | None) -> CommandResult:
         if ref is None:
             await anyio.to_thread.run_sync(self.store.set_setting, "fleet_paused", "1")
             return CommandResult(True, "fleet paused: no new agents start (running ones continue)")
-        task = await self._get(ref)
+        task = await self.get(ref)
         if isinstance(task, CommandResult):
             return task
         if task.status == TaskStatus.PAUSED:
             return CommandResult(False, f"{task.name} is already paused")
         if task.status == TaskStatus.QUEUED:
-            return await self._direct(task, TaskStatus.PAUSED, "paused by user", paused_running=0)
+            return await self.command(task, lc.pause())
         if task.status in ACTIVE:
             res = await self._remote(task, "pause")
             if res is not None:
@@ -245,7 +240,7 @@ class Controller:
         if ref is None:
             await anyio.to_thread.run_sync(self.store.set_setting, "fleet_paused", None)
             return CommandResult(True, "fleet resumed")
-        task = await self._get(ref)
+        task = await self.get(ref)
         if isinstance(task, CommandResult):
             return task
         if task.status != TaskStatus.PAUSED:
@@ -254,10 +249,8 @@ class Controller:
             res = await self._remote(task, "resume")
             if res is not None:
                 return res
-            return await self._direct(
-                task, TaskStatus.QUEUED, "resumed; its engine had stopped", paused_running=0
-            )
-        return await self._direct(task, TaskStatus.QUEUED, "resumed by user")
+            return await self.command(task, lc.resume(engine_gone=True))
+        return await self.command(task, lc.resume())
 
     async def answer(self, question_id: str, text: str) -> CommandResult:
         q = await anyio.to_thread.run_sync(self.store.get_question, question_id)
@@ -353,75 +346,6 @@ def no_task_message(ref: str, names: Iterable[str]) -> str:
 
 def _read_shim(d: Path) -> ShimInfo | None:
     return read_shim(d)
-
-
-def failed_parent(reason: str | None) -> str | None:
-    """The direct parent named by a ``dependency_failed`` reason, or None."""
-    if not reason or not reason.startswith("dependency_failed:"):
-        return None
-    rest = reason[len("dependency_failed:") :].split()
-    return rest[0] if rest else None
-
-
-def _root_cause(task: Task) -> tuple[str, str]:
-    """The task whose own failure parks a chain, and why (``retries_exhausted``, ``cancelled``...)."""
-    why = task.reason or task.status.value
-    if task.status == TaskStatus.CANCELLED:
-        why = "cancelled"
-    parent = failed_parent(task.reason)
-    if parent is not None and task.status == TaskStatus.NEEDS_HUMAN:  # parked by an earlier cascade
-        head, _, cause = why.partition(" (")
-        root = head.split("← ", 1)[1].strip() if "← " in head else parent
-        return root, cause[:-1] if cause.endswith(")") else (cause or "dependency_failed")
-    return task.name, (why if len(why) <= 80 else why[:79] + "…")
-
-
-def cascade_failure(store: Store, task: Task, now: float, actor: str | None) -> list[Task]:
-    """Park every dependent of a parked/cancelled task, down the whole chain. Each says its direct
-    parent and the root cause: ``dependency_failed: mid ← base (retries_exhausted)``."""
-    root, why = _root_cause(task)
-    out: list[Task] = []
-    stack = [task]
-    while stack:
-        cur = stack.pop()
-        for dep in store.dependents(cur.id):
-            if dep.status in (TaskStatus.QUEUED, TaskStatus.PAUSED) and not dep.paused_running:
-                new = store.transition(
-                    dep.id,
-                    TaskStatus.NEEDS_HUMAN,
-                    reason=f"dependency_failed: {cur.name}"
-                    + (f" ← {root}" if cur.name != root else "")
-                    + f" ({why})",
-                    now=now,
-                    expect=[dep.status],
-                    actor=actor,
-                )
-                if new is not None:
-                    out.append(new)
-                    stack.append(new)
-    return out
-
-
-def cascade_restore(store: Store, task: Task, now: float, actor: str | None) -> list[Task]:
-    """Bring back the dependents parked because of this task (retry of a dependency)."""
-    out: list[Task] = []
-    stack = [task]
-    while stack:
-        cur = stack.pop()
-        for dep in store.dependents(cur.id):
-            if dep.status == TaskStatus.NEEDS_HUMAN and failed_parent(dep.reason) == cur.name:
-                new = store.transition(
-                    dep.id,
-                    TaskStatus.QUEUED,
-                    reason=f"dependency {cur.name} retried",
-                    now=now,
-                    expect=[TaskStatus.NEEDS_HUMAN],
-                    actor=actor,
-                )
-                if new is not None:
-                    out.append(new)
-                    stack.append(new)
-    return out
 
 
 def hostname() -> str:

@@ -16,7 +16,6 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,22 @@ from anyio.abc import TaskGroup
 
 from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
-from fleet_tui.config import Config
+from fleet_tui.config import Config, ConfigError, ConfigWatcher, load_config, set_value
+from fleet_tui.scheduler import lifecycle as lc
+from fleet_tui.scheduler.adopt import Adopter
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
-from fleet_tui.scheduler.finish import cascade, finish_attempt, local_command
+from fleet_tui.scheduler.eventwriter import EventWriter
+from fleet_tui.scheduler.finish import Reaper
+from fleet_tui.scheduler.git import worktree as wt
+from fleet_tui.scheduler.git import wtmark
 from fleet_tui.scheduler.github import prwatch
-from fleet_tui.scheduler.humans.followup import adopted_watch
-from fleet_tui.scheduler.launch import Launch, LaunchError, prepare_attempt
+from fleet_tui.scheduler.humans.followup import adopted_watch, stop_at_turn
+from fleet_tui.scheduler.launch import Launch, Launcher, LaunchError
+from fleet_tui.scheduler.lifecycle import StopReason
+from fleet_tui.scheduler.merger import Merger
 from fleet_tui.scheduler.model import (
-    AgentEvent,
     EngineEvent,
     Event,
     GaugesChanged,
@@ -49,13 +54,17 @@ from fleet_tui.scheduler.model import (
 from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
 from fleet_tui.scheduler.policy.outcome import Policy
+from fleet_tui.scheduler.policy.review import make_reviewer
 from fleet_tui.scheduler.policy.verify import AgentReviewer
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.owned import reap_stale
 from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool, write_lease
+from fleet_tui.scheduler.ratelimits import RateLimitBook
+from fleet_tui.scheduler.running import Running, command_agent
 from fleet_tui.scheduler.series import Counters, SeriesCollector
+from fleet_tui.scheduler.sink import AttemptSink
 from fleet_tui.scheduler.states import TaskStatus
-from fleet_tui.scheduler.store.outage import Resilient, store_error_of
+from fleet_tui.scheduler.store.outage import Resilient, is_transient, store_error_of
 from fleet_tui.scheduler.store.protocol import Store
 from fleet_tui.scheduler.store.storeclock import StoreClock
 from fleet_tui.scheduler.view import TaskMirror, build_snapshot, carry_over, midnight
@@ -66,28 +75,11 @@ log = logging.getLogger("fleet_tui.engine")
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
 
 
-class Running:
-    """What the engine holds for one live attempt."""
-
-    def __init__(
-        self, task: Task, runner: AttemptRunner, attempt_dir: Path, coder: str, account: str
-    ) -> None:
-        self.account = account
-        self.task = task
-        self.runner = runner
-        self.dir = attempt_dir
-        self.coder = coder
-        self.done = anyio.Event()
-        self.peak_mem = 0
-        self.metrics_at = 0.0
-        #: what the task's earlier attempts spent: budgets and usage cover the whole task
-        self.base_cost = 0.0
-        self.base_tokens = 0
-        #: the agent ended and its verifiers run (finish.py)
-        self.verifying = False
-
-
 class Engine(Controller):
+    """One engine: its loops (scheduling, housekeeping, leases, commands) and the wiring of its
+    collaborators — the launcher, the reaper, the adopter, the merger, the event writer and the
+    rate-limit book, each given only what it needs."""
+
     home: Path
 
     def __init__(
@@ -111,12 +103,13 @@ class Engine(Controller):
         tune = getattr(store, "set_busy_timeout", None)
         if tune is not None:
             tune(10_000)
-        self.resilient = Resilient(store, self._store_notice)
+        self.resilient = Resilient(store, self.notice)
         super().__init__(
             self.resilient,
             actor=self.owner,
             clock=clock,
             cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s),
+            publish=lc.thread_safe(self.publish_task),
         )
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
@@ -135,7 +128,6 @@ class Engine(Controller):
         self._config_path = config_path
         self._watcher: Any = None
         self._tg: TaskGroup | None = None
-        self._rl_strikes: dict[str, int] = {}
         self._started = anyio.Event()
         self.idle_report: list[tuple[str, str]] = []
         #: ``run --until-idle --max-wait S``: do not sit out a time-based wait longer than this
@@ -143,15 +135,33 @@ class Engine(Controller):
         #: set when an until-idle run ended with a longer time-based wait left (see max_wait)
         self.left_time_waits = False
         self.shim_pool: ShimPool | None = None
-        self._writes: dict[tuple[str, int], tuple[list[Event], int]] = {}
-        self._write_wanted = anyio.Event()
-        self._write_done = anyio.Event()
-        self._write_results: dict[tuple[str, int], bool] = {}
         #: settings given on the command line win over config.toml, also after a hot reload
         self.overrides: dict[str, Any] = {}
+        # the collaborators: each reads the settings as they are now (a hot reload replaces them)
+        settings = lambda: self.cfg  # noqa: E731
+        self.rate_limits = RateLimitBook(self.store, self.clock)
+        self.writer = EventWriter(self.store, self.owner, self.notice)
+        self.sink = AttemptSink(
+            self.store,
+            self.owner,
+            self.runners,
+            self.writer,
+            self.rate_limits,
+            self.bus.publish,
+            self.publish_task,
+        )
+        self.launcher = Launcher(
+            self.store, self.home, settings, self.clock, self.owner, lambda: self.shim_pool
+        )
+        self.merger = Merger(self.life, self.home, lambda: self.cfg.keep_worktrees, self.notice)
+        self.reaper = Reaper(
+            self.life, self.home, settings, self.policy, self.reviewer, self.mem, self.rate_limits,
+            self.merger, self.sink.take, self.notice,
+        )  # fmt: skip
+        self.adopter = Adopter(self.life, settings, self.host, self._launch_runner, self.wake)
 
-    def _store_notice(self, text: str) -> None:
-        """A store outage notice, from a worker thread (or the loop's own)."""
+    def notice(self, text: str) -> None:
+        """A notice for the cockpit, from a worker thread (or the loop's own)."""
         events = [Notice(text)]
         try:
             anyio.from_thread.run_sync(self.bus.publish, events)
@@ -188,17 +198,18 @@ class Engine(Controller):
             self.shim_pool = ShimPool(size=min(2, self.cfg.max_concurrent))
             await anyio.to_thread.run_sync(self.shim_pool.fill)
         if self._config_path is not None:
-            from fleet_tui.config import ConfigWatcher
-
             self._watcher = ConfigWatcher(self._config_path)
         try:
             async with anyio.create_task_group() as outer:
                 await self._tick_housekeeping(first=True)
                 outer.start_soon(self._housekeeping_loop)
                 outer.start_soon(self._lease_loop)
-                outer.start_soon(self._writer_loop)
+                outer.start_soon(self.writer.run)
                 outer.start_soon(self._command_loop)
-                outer.start_soon(prwatch.watch, self)  # pull request state, issue comments
+                outer.start_soon(  # pull request state, issue comments
+                    prwatch.watch, self.store, self.clock, self.owner, lambda: self.cfg.github_poll_s,
+                    self.notice, self.publish_task,
+                )  # fmt: skip
                 outer.start_soon(notify.watch, self)  # notifications and the loop guard (notify/)
                 async with anyio.create_task_group() as rtg:
                     self._tg = rtg
@@ -211,11 +222,11 @@ class Engine(Controller):
                         await self._hand_over()
                         for r in list(self.runners.values()):
                             if r.verifying:  # a verifier is no agent: it stops with its engine
-                                r.runner.stop("shutdown")
+                                r.runner.stop(StopReason.SHUTDOWN)
                         rtg.cancel_scope.cancel()
                     else:
                         for r in list(self.runners.values()):
-                            r.runner.stop("shutdown")
+                            r.runner.stop(StopReason.SHUTDOWN)
                 outer.cancel_scope.cancel()
         except Exception as e:
             err = store_error_of(e)
@@ -252,7 +263,7 @@ class Engine(Controller):
             await self._hand_over()
             return
         for r in list(self.runners.values()):
-            r.runner.stop("shutdown")
+            r.runner.stop(StopReason.SHUTDOWN)
         with anyio.move_on_after(self.cfg.kill_grace_s + 15):
             while self.runners:
                 await next(iter(self.runners.values())).done.wait()
@@ -405,43 +416,21 @@ class Engine(Controller):
     async def _start(self, task: Task) -> None:
         self.publish_task(task)
         try:
-            launch = await anyio.to_thread.run_sync(lambda: prepare_attempt(self, task))
+            launch = await anyio.to_thread.run_sync(lambda: self.launcher.prepare(task))
         except LaunchError as e:
-            why = f"never_started: {e}"
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.transition(
-                    task.id,
-                    TaskStatus.NEEDS_HUMAN,
-                    reason=why,
-                    now=self.clock(),
-                    owner=self.owner,
-                    attempt=task.attempt,
-                )
-            )
-            self.publish_task(new)
-            if new is not None:
-                await cascade(self, new)
+            move = lc.never_started(str(e))
+            await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
             return
         except OSError as e:  # a full disk, say: not the task's fault; back to the queue for later
-            why = f"could not prepare the attempt ({e}); trying again in a minute"
-            self.bus.publish([Notice(f"{task.name}: {why}")])
-            new = await anyio.to_thread.run_sync(
-                lambda: self.store.transition(
-                    task.id,
-                    TaskStatus.QUEUED,
-                    reason=why,
-                    now=self.clock(),
-                    owner=self.owner,
-                    attempt=task.attempt,
-                    not_before=self.clock() + 60.0,
-                )
-            )
-            self.publish_task(new)
+            move = lc.requeue_later(str(e), self.clock() + 60.0)
+            self.bus.publish([Notice(f"{task.name}: {move.reason}")])
+            await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
             return
         assert self._tg is not None
         self._launch_runner(task, launch)
 
-    def _launch_runner(self, task: Task, launch: Launch, adopted: bool = False) -> None:
+    def _launch_runner(self, task: Task, launch: Launch) -> None:
+        """Supervise a started (or adopted) attempt: a runner on its shim, in the runners' group."""
         earlier = [a for a in self.store.attempts(task.id) if a.n < task.attempt]
         base_cost = sum(a.cost_usd or 0.0 for a in earlier)
         base_tokens = sum(a.tokens or 0 for a in earlier)
@@ -457,7 +446,7 @@ class Engine(Controller):
         tid, n = task.id, task.attempt
 
         async def sink(events: list[Event], offset: int) -> None:
-            await self._sink(tid, n, events, offset)
+            await self.sink.take(tid, n, events, offset)
 
         runner = AttemptRunner(
             task_id=tid,
@@ -477,7 +466,7 @@ class Engine(Controller):
         )
         if task.status == TaskStatus.PAUSED:
             runner.paused = True
-        if adopted:  # a follow-up its previous engine was waiting to deliver at a turn boundary
+        if launch.adopted:  # a follow-up its previous engine was waiting to deliver at a turn boundary
             runner.watch = adopted_watch(self.store, self.cfg.followup_grace_s, tid, n, self.clock())
         running = Running(
             task,
@@ -495,114 +484,11 @@ class Engine(Controller):
         t = next((t for t in self._snapshot.tasks if t.id == task_id), None)
         return bool(t and t.asking)
 
-    async def _sink(self, tid: str, n: int, events: list[Event], offset: int) -> None:
-        r = self.runners.get(tid)
-        if r is not None and any(e.rate_limit is not None for e in events):
-            # a coder names its vendor; the limit belongs to the task's account (coder + model)
-            events = [
-                replace(e, rate_limit=replace(e.rate_limit, account=r.account))
-                if e.rate_limit is not None and e.rate_limit.account != r.account
-                else e
-                for e in events
-            ]
-        if events or offset:
-            kept = await self._write_events(tid, n, events, offset)
-            if not kept:  # fenced out: another engine owns this task now; stop our agent
-                if r is not None:
-                    r.runner.stop("lease_lost", "another engine owns this task now")
-                return
-        if events:
-            self.bus.publish([AgentEvent(e) for e in events])
-        if r is None:
-            return
-        for e in events:
-            if e.rate_limit is not None:
-                rl = replace(
-                    e.rate_limit, account=r.account, observed_at=e.rate_limit.observed_at or self.clock()
-                )
-                blocked = rl.resets_at if rl.status == "rejected" and rl.resets_at else None
-                await anyio.to_thread.run_sync(self.store.put_rate_limit, rl, blocked)
-        ru = r.runner
-        if time.monotonic() - r.metrics_at < 1.0 and ru.shim_alive():
-            return  # usage figures reach the store (and the cockpit) once a second
-        r.metrics_at = time.monotonic()
-        # a task's tokens and cost cover all its attempts (and reviews): earlier ones + this one
-        changes: dict[str, Any] = {}
-        if r.base_tokens + ru.tokens != r.task.tokens:
-            changes["tokens"] = r.base_tokens + ru.tokens
-        if ru.cost_usd is not None and r.base_cost + ru.cost_usd != r.task.cost_usd:
-            changes["cost_usd"] = r.base_cost + ru.cost_usd
-        if ru.context_tokens != r.task.context_tokens and ru.context_tokens is not None:
-            changes["context_tokens"] = ru.context_tokens
-        if ru.context_window != r.task.context_window and ru.context_window is not None:
-            changes["context_window"] = ru.context_window
-        if changes:
-
-            def write() -> Task | None:
-                # the attempt's own figures too, so today's spend (the gauge) counts a live attempt
-                self.store.update_attempt(
-                    tid, n, owner=self.owner, cost_usd=ru.cost_usd or 0.0, tokens=ru.tokens
-                )
-                return self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
-
-            new = await anyio.to_thread.run_sync(write)
-            if new is None:
-                ru.stop("lease_lost", "another engine owns this task now")
-            else:
-                r.task = new
-                self.publish_task(new)
-
-    async def _write_events(self, tid: str, n: int, events: list[Event], offset: int) -> bool:
-        """Queue an attempt's events for the writer, which commits every attempt's pending events
-        in one transaction (one thread hop and one commit per cycle, however many agents talk);
-        returns once they are on disk, False when the claim was lost (nothing was written)."""
-        key = (tid, n)
-        pending = self._writes.get(key)
-        self._writes[key] = ((pending[0] if pending else []) + events, offset)
-        done = self._write_done
-        self._write_wanted.set()
-        await done.wait()
-        return self._write_results.get(key, True)
-
-    async def _writer_loop(self) -> None:
-        last = 0.0
-        while True:
-            await self._write_wanted.wait()
-            self._write_wanted = anyio.Event()
-            # at most one commit per 20 ms: the other runners of this tick join the transaction;
-            # a write after a quiet spell goes at once (an attempt's end waits for it)
-            await anyio.sleep(max(0.0, last + 0.02 - time.monotonic()))
-            last = time.monotonic()
-            batch, self._writes = self._writes, {}
-            done, self._write_done = self._write_done, anyio.Event()
-            keys = list(batch)
-            work = [(batch[k][0], (k[0], k[1], batch[k][1])) for k in keys]
-            try:
-                with anyio.CancelScope(shield=True):
-                    results = await anyio.to_thread.run_sync(self.store.append_events_batch, work, self.owner)
-                self._write_results = dict(zip(keys, results, strict=True))
-            except Exception as e:
-                # a full disk or a locked store: keep the events and try again in a second (the raw
-                # output stays on disk too); the agents go on meanwhile
-                for k in keys:
-                    later = self._writes.get(k)
-                    self._writes[k] = (
-                        batch[k][0] + (later[0] if later else []),
-                        later[1] if later else batch[k][1],
-                    )
-                self._write_results = {}
-                self.bus.publish([Notice(f"writing events failed, retrying: {e}")])
-                done.set()
-                await anyio.sleep(1.0)
-                self._write_wanted.set()
-                continue
-            done.set()
-
     async def _supervise(self, r: Running, launch: Launch) -> None:
         task = r.task
         try:
             result = await r.runner.run()
-            await finish_attempt(self, r, result)
+            await self.reaper.finish(r, result)
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
             self.bus.publish([Notice(f"{task.name}: finishing failed: {e!r}")])
@@ -618,8 +504,6 @@ class Engine(Controller):
         """How ``agent`` verifiers of this task ask a read-only reviewer (see review.py)."""
         if not any(v.kind == "agent" for v in task.spec.verify):
             return None
-        from fleet_tui.scheduler.policy.review import make_reviewer
-
         return make_reviewer(self.home, task, self.cfg)
 
     def policy(self) -> Policy:
@@ -669,8 +553,6 @@ class Engine(Controller):
             )
             self._hb_ok_at = started
         except Exception as e:
-            from fleet_tui.scheduler.store.outage import is_transient
-
             if not is_transient(e):
                 raise
         finally:
@@ -778,16 +660,28 @@ class Engine(Controller):
                 # shielded: an engine going idle (run --until-idle) must still answer the command
                 # that made it idle, or the caller waits for nothing
                 with anyio.CancelScope(shield=True):
-                    res = await local_command(self, c.verb, c.task_id or "")
+                    res = await self._command_agent(c.verb, c.task_id or "")
                     await anyio.to_thread.run_sync(
                         self.store.finish_command, c.id, "done" if res.ok else "failed", res.message
                     )
             await anyio.sleep(0.1)
 
+    async def _command_agent(self, verb: str, tid: str) -> CommandResult:
+        r = self.runners.get(tid)
+        if verb == "followup" and r is not None:  # stop at the agent's next turn boundary
+            c = self.cfg
+            return await stop_at_turn(r, self.store, self.clock, c.followup_grace_s, c.kill_grace_s)
+        return await command_agent(self.runners, verb, tid, self.store, self.life, self.cfg.kill_grace_s)
+
+    async def stop_for_followup(self, task: Task) -> CommandResult | None:
+        if task.id in self.runners:
+            return await self._command_agent("followup", task.id)
+        return await super().stop_for_followup(task)
+
     async def _routed(self, ref: str, verb: str, fallback: Callable[[str], Any]) -> CommandResult:
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is not None and task.id in self.runners:
-            res = await local_command(self, verb, task.id)
+            res = await self._command_agent(verb, task.id)
         else:
             res = await fallback(ref)
         self.publish_task(res.task)
@@ -829,15 +723,9 @@ class Engine(Controller):
         return res
 
     async def merge(self, ref: str) -> CommandResult:
-        from fleet_tui.scheduler.launch import merge_task
-
-        res = await merge_task(self, ref)
-        self.publish_task(res.task)
-        return res
+        return await self.merger.merge(ref)
 
     async def set_config(self, key: str, value: str) -> CommandResult:
-        from fleet_tui.config import ConfigError, load_config, set_value
-
         if self._config_path is None:
             return CommandResult(False, "this engine has no config file")
         try:
@@ -850,8 +738,6 @@ class Engine(Controller):
 
     async def _sweep_worktrees(self) -> None:
         """Remove clean worktrees of finished or unknown tasks (only inside the managed root)."""
-        from fleet_tui.scheduler.git import worktree as wt
-        from fleet_tui.scheduler.git import wtmark
 
         def keep(name: str) -> bool:
             # read at decision time: another engine may have added and started it meanwhile
@@ -876,11 +762,9 @@ class Engine(Controller):
 
     # -- adoption -----------------------------------------------------------------------------
     async def _adopt_orphans(self) -> None:
-        from fleet_tui.scheduler.launch import adopt
-
         now = self.clock()
         orphans = await anyio.to_thread.run_sync(self.store.orphaned_tasks, now, 0.0)
         for t in orphans:
             if t.owner == self.owner or t.id in self.runners:
                 continue
-            await adopt(self, t)
+            await self.adopter.adopt(t)

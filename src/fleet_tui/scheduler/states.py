@@ -7,7 +7,9 @@ write it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 
 class TaskStatus(StrEnum):
@@ -46,6 +48,38 @@ TERMINAL: frozenset[TaskStatus] = frozenset({D, C})
 ACTIVE: frozenset[TaskStatus] = frozenset({R, V})
 #: states whose dependents may not proceed (they cascade to dependency_failed)
 PARKED: frozenset[TaskStatus] = frozenset({H, C})
+
+
+#: entering these marks the task finished (``finished_at``); moving between them (a merge, a
+#: merge conflict) keeps the first finish time
+FINISHED: frozenset[TaskStatus] = frozenset({D, C, H})
+#: entering these lets go of the claim (owner and lease)
+RELEASED: frozenset[TaskStatus] = frozenset({Q, D, C, H})
+
+
+def entry_fields(
+    src: TaskStatus,
+    dst: TaskStatus,
+    *,
+    now: float,
+    finished_at: float | None,
+    fields: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What entering ``dst`` from ``src`` writes besides ``status``, ``reason`` and ``updated_at``:
+    the caller's ``fields`` plus the state's entry effects (defined here once, for every store).
+
+    Entering a finished state stamps ``finished_at`` (kept when moving between finished states),
+    entering a released state clears the claim (owner, lease), and any state but ``queued``
+    clears the gate's ``waiting`` note; a field the caller gives wins over each of these."""
+    sets = dict(fields)
+    if dst in FINISHED and "finished_at" not in fields and (finished_at is None or src not in FINISHED):
+        sets["finished_at"] = now
+    if dst in RELEASED and "owner" not in fields:
+        sets["owner"] = None
+        sets["lease_until"] = None
+    if dst != Q:
+        sets.setdefault("waiting", None)
+    return sets
 
 
 def allowed(src: TaskStatus, dst: TaskStatus) -> bool:

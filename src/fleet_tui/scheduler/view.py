@@ -20,7 +20,8 @@ from fleet_tui.config import Config
 from fleet_tui.scheduler import series
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
-from fleet_tui.scheduler.control import Controller, hostname
+from fleet_tui.scheduler.control import Controller, archived_ids, hostname
+from fleet_tui.scheduler.merger import Merger
 from fleet_tui.scheduler.model import (
     AgentEvent,
     EngineEvent,
@@ -93,8 +94,6 @@ def build_snapshot(
     store (``series``), the caller's own (fresher) one replacing its stored copy. ``agent_mem``
     is the engine's learned (bytes, measured) figure for one more agent, else the assumed one.
     With a ``mirror`` only the tasks that changed since its last refresh are read."""
-    from fleet_tui.scheduler.control import archived_ids
-
     hidden = archived_ids(store)
     every = mirror.refresh(store) if mirror is not None else tuple(store.list_tasks())
     tasks = tuple(t for t in every if t.id not in hidden) if hidden else every
@@ -196,6 +195,7 @@ class AttachedView(Controller):
         self._stop = False
         self._engine_live: bool | None = None
         self._tasks = TaskMirror()
+        self.merger = Merger(self.life, home, lambda: self.cfg.keep_worktrees)
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -272,9 +272,7 @@ class AttachedView(Controller):
         self._stop = True
 
     async def merge(self, ref: str) -> CommandResult:
-        from fleet_tui.scheduler.launch import merge_task
-
-        return await merge_task(self, ref)
+        return await self.merger.merge(ref)
 
     async def set_config(self, key: str, value: str) -> CommandResult:
         from fleet_tui.config import ConfigError, load_config, set_value

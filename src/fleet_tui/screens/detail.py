@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from rich.console import Group
 from rich.table import Table
@@ -328,7 +329,7 @@ class DetailScreen(Screen[None]):
 
         def send_text(text: str) -> None:
             if sender is not None:
-                sender(lambda: send(self.engine, task.id, text))
+                sender(lambda: send(cast(Any, self.engine), task.id, text))
 
         await self.app.push_screen(ReviewScreen(task.name, diff, comments, send_text))
 

@@ -20,10 +20,12 @@ A rate limit holds every call until the reset GitHub announced; errors are kept 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
+from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.github.api import GitHub, GitHubError, RateLimited
 from fleet_tui.scheduler.github.pullrequest import get_link, is_linked, put_link, say
 from fleet_tui.scheduler.model import Task
@@ -101,53 +103,50 @@ def _refresh(
         "error": None,
     }
     new: Task | None = None
+    life = lc.Lifecycle(store, lambda: now, actor)
     if pr.state == "merged":
-        new = store.transition(
-            task.id,
-            TaskStatus.DONE,
-            reason=f"merged {(pr.merge_commit or '')[:10]} via pull request #{pr.number}",
-            now=now,
+        why = f"merged {(pr.merge_commit or '')[:10]} via pull request #{pr.number}"
+        new = life.apply(
+            task,
+            lc.mark_done(why, merged_commit=pr.merge_commit),
             expect=[TaskStatus.DONE, TaskStatus.NEEDS_HUMAN],
-            actor=actor,
-            merged_commit=pr.merge_commit,
         )
     elif pr.review == "changes_requested" and pr.review_id and pr.review_id != link.get("review_acted"):
         changes["review_acted"] = pr.review_id
         text = re.sub(r"\s+", " ", pr.review_text or "").strip()[:300] or "see the review"
         if task.status == TaskStatus.DONE:
-            new = store.transition(
-                task.id,
-                TaskStatus.NEEDS_HUMAN,
-                reason=f"changes_requested: pull request #{pr.number}: {text}",
-                now=now,
-                expect=[TaskStatus.DONE],
-                actor=actor,
-            )
+            new = life.apply(task, lc.park_done(f"changes_requested: pull request #{pr.number}: {text}"))
     put_link(store, task.id, changes)
     return new
 
 
-async def watch(engine: Any) -> None:
-    """The engine's GitHub loop (runs until cancelled; never raises)."""
+async def watch(
+    store: Any,
+    clock: Callable[[], float],
+    actor: str,
+    poll_s: Callable[[], float],
+    notice: Callable[[str], None],
+    publish: Callable[[Task], None],
+) -> None:
+    """An engine's GitHub loop (runs until cancelled; never raises): owed comments every few
+    seconds, open pull requests every ``poll_s()``; tasks it moved go to ``publish``."""
     last_poll = float("-inf")
     hold_until = 0.0
     while True:
-        await anyio.sleep(min(COMMENT_TICK_S, engine.cfg.github_poll_s))
-        now = engine.clock()
+        await anyio.sleep(min(COMMENT_TICK_S, poll_s()))
+        now = clock()
         if now < hold_until:
             continue
-        poll = now - last_poll >= engine.cfg.github_poll_s
+        poll = now - last_poll >= poll_s()
         try:
-            changed = await anyio.to_thread.run_sync(tick, engine.store, now, engine.actor, poll)
+            changed = await anyio.to_thread.run_sync(tick, store, now, actor, poll)
         except RateLimited as e:
             hold_until = e.reset_at or now + RATE_LIMIT_PAUSE_S
             continue
         except Exception as e:  # a store hiccup must not stop the engine
-            from fleet_tui.scheduler.model import Notice
-
-            engine.bus.publish([Notice(f"GitHub poll failed: {e}")])
+            notice(f"GitHub poll failed: {e}")
             continue
         if poll:
             last_poll = now
         for t in changed:
-            engine.publish_task(t)
+            publish(t)

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.git import worktree as wt
 from fleet_tui.scheduler.github.api import GitHub, GitHubError
@@ -191,16 +192,10 @@ def body_of(store: Any, task: Task, info: wt.WorktreeInfo, link: dict[str, Any])
     return "\n".join(lines)
 
 
-def park(store: Any, task: Task, reason: str, now: float, actor: str | None) -> Task | None:
-    return store.transition(
-        task.id, TaskStatus.NEEDS_HUMAN, reason=reason, now=now, expect=[TaskStatus.DONE], actor=actor
-    )
-
-
-def publish(engine: Any, task: Task, info: wt.WorktreeInfo, gh: GitHub | None = None) -> CommandResult:
+def publish(life: lc.Lifecycle, task: Task, info: wt.WorktreeInfo, gh: GitHub | None = None) -> CommandResult:
     """Push the task's branch and open (or update) its pull request. Blocking; never raises: a
     failure parks the task (``needs_human``) with the reason."""
-    store = engine.store
+    store = life.store
     link = get_link(store, task.id)
     try:
         if info.path.exists():
@@ -225,10 +220,13 @@ def publish(engine: Any, task: Task, info: wt.WorktreeInfo, gh: GitHub | None = 
                 pr = gh.create_pull(repo, head=info.branch, base=info.base_ref, title=title, body=body)
     except (GitHubError, wt.WorktreeError) as e:
         reason = str(e)
-        if not reason.startswith(("push_rejected", "pull_request_failed")):
+        if lc.Reason.parse(reason).code not in (
+            lc.ReasonCode.PUSH_REJECTED,
+            lc.ReasonCode.PULL_REQUEST_FAILED,
+        ):
             reason = f"pull_request_failed: {reason}"
         put_link(store, task.id, {"error": reason})
-        new = park(store, task, reason, engine.clock(), engine.actor)
+        new = life.apply(task, lc.park_done(reason), expect=[TaskStatus.DONE])
         return CommandResult(False, f"{task.name}: {reason}", new or task)
     updated = link.get("pr") == pr.number
     link = put_link(
@@ -245,13 +243,10 @@ def publish(engine: Any, task: Task, info: wt.WorktreeInfo, gh: GitHub | None = 
         },
     )
     verb = "updated" if updated else "opened"
-    new = store.transition(
-        task.id,
-        TaskStatus.DONE,
-        reason=f"pull request #{pr.number} {verb}: {pr.url}",
-        now=engine.clock(),
+    new = life.apply(
+        task,
+        lc.mark_done(f"pull request #{pr.number} {verb}: {pr.url}"),
         expect=[TaskStatus.DONE, TaskStatus.NEEDS_HUMAN],
-        actor=engine.actor,
     )
     if link.get("comment") and link.get("issue") and not updated:
         say(gh, store, task.id, link, "pr", f"fleet-tui opened pull request #{pr.number} for this issue.")

@@ -25,14 +25,18 @@ from __future__ import annotations
 
 import getpass
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fleet_tui.coders.base import AttemptContext, CannotResume, Coder, CoderNotFound, get_coder
+from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.lifecycle import Commands
 from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.policy.prompt import trim
+from fleet_tui.scheduler.running import Running
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 from fleet_tui.scheduler.store.protocol import Store
 
@@ -277,7 +281,9 @@ def adopted_watch(store: Store, grace_s: float, task_id: str, attempt: int, now:
     return TurnStop(now + grace_s, grace_s, open_calls(store.events(task_id, attempt)))
 
 
-async def stop_at_turn(engine: Any, r: Any) -> CommandResult:
+async def stop_at_turn(
+    r: Running, store: Store, clock: Callable[[], float], grace_s: float, kill_grace_s: float
+) -> CommandResult:
     """The engine side of a follow-up for an agent it runs (``r``: its Running): stop it now when
     there is nothing to wait for, else watch for its next turn boundary and return at once."""
     import anyio
@@ -300,9 +306,9 @@ async def stop_at_turn(engine: Any, r: Any) -> CommandResult:
     elif runner.open_questions:
         now_why = "follow-up: stopped while it waited for a person's answer"
     if now_why is None:
-        grace = float(getattr(engine.cfg, "followup_grace_s", 60.0))
-        seen = await anyio.to_thread.run_sync(lambda: engine.store.events(r.task.id, r.task.attempt))
-        runner.watch = TurnStop(engine.clock() + grace, grace, open_calls(seen))
+        grace = grace_s
+        seen = await anyio.to_thread.run_sync(lambda: store.events(r.task.id, r.task.attempt))
+        runner.watch = TurnStop(clock() + grace, grace, open_calls(seen))
         return CommandResult(
             True,
             f"{name}: follow-up queued; the agent stops at its next turn boundary "
@@ -310,9 +316,9 @@ async def stop_at_turn(engine: Any, r: Any) -> CommandResult:
             r.task,
         )
     runner.stop(STOP_REASON, now_why)
-    with anyio.move_on_after(engine.cfg.kill_grace_s + 10):
+    with anyio.move_on_after(kill_grace_s + 10):
         await r.done.wait()
-    new = await anyio.to_thread.run_sync(engine.store.get_task, r.task.id)
+    new = await anyio.to_thread.run_sync(store.get_task, r.task.id)
     return CommandResult(r.done.is_set(), f"{name}: agent stopped; follow-up queued", new)
 
 
@@ -320,17 +326,10 @@ def _running(task: Task) -> bool:
     return task.status in ACTIVE or (task.status == TaskStatus.PAUSED and bool(task.paused_running))
 
 
-async def _stop_running(ctl: Any, task: Task) -> CommandResult:
+async def _stop_running(ctl: Commands, task: Task) -> CommandResult:
     """Ask the engine running ``task`` to stop it at a turn boundary; when that engine is gone
     (or too old to know the verb), stop it at once the way ``retry`` does."""
-    runners = getattr(ctl, "runners", None)
-    res: CommandResult | None
-    if isinstance(runners, dict) and task.id in runners:
-        from fleet_tui.scheduler.finish import local_command
-
-        res = await local_command(ctl, "followup", task.id)
-    else:
-        res = await ctl._remote(task, "followup")
+    res = await ctl.stop_for_followup(task)
     if res is None or (not res.ok and "unknown command" in res.message):
         res = await ctl.retry(task.id)
         if res.ok:
@@ -341,7 +340,7 @@ async def _stop_running(ctl: Any, task: Task) -> CommandResult:
 # -- fleet-tui send -------------------------------------------------------------------------------
 
 
-async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandResult:
+async def send(ctl: Commands, ref: str, text: str, by: str | None = None) -> CommandResult:
     """Queue ``text`` as the next turn of the task's conversation and open that attempt: a done,
     parked or paused task goes back to the queue; a running one is stopped at its next turn
     boundary first (by its engine, WIP kept) and requeued; a queued one takes the message at its
@@ -350,13 +349,14 @@ async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandR
 
     if not text.strip():
         return CommandResult(False, "send: the message is empty; say what the agent should do")
-    task = await ctl._get(ref)
+    task = await ctl.get(ref)
     if isinstance(task, CommandResult):
         return task
     who = by or user_name()
     now = ctl.clock()
     store: Store = ctl.store
-    if task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith("taken over by "):
+    why = lc.Reason.of(task)
+    if task.status == TaskStatus.NEEDS_HUMAN and why is not None and why.code == lc.ReasonCode.TAKEN_OVER:
         return CommandResult(False, f"{task.name} is {task.reason}; finish the takeover first")
     await anyio.to_thread.run_sync(add_pending, store, task.id, text, who, now)
     if task.status == TaskStatus.QUEUED:
@@ -364,30 +364,15 @@ async def send(ctl: Any, ref: str, text: str, by: str | None = None) -> CommandR
     if _running(task):
         res = await _stop_running(ctl, task)
         if res.ok:
-            publish = getattr(ctl, "publish_task", None)
-            if publish is not None and res.task is not None:
-                publish(res.task)
             return res
-        fresh = await ctl._get(task.id)
+        fresh = await ctl.get(task.id)
         if isinstance(fresh, CommandResult) or _running(fresh):
             await anyio.to_thread.run_sync(clear_pending, store, task.id)
             return res
         task = fresh  # its agent ended meanwhile: it takes the follow-up as a finished task does
-    res = await ctl._direct(
-        task,
-        TaskStatus.QUEUED,
-        f"follow-up by {who}",
-        retries_used=0,
-        false_completions=0,
-        handoffs=0,
-        not_before=None,
-        paused_running=0,
-    )
+    res = await ctl.command(task, lc.follow_up(who))
     if not res.ok:
         await anyio.to_thread.run_sync(clear_pending, store, task.id)
         return res
-    wake = getattr(ctl, "wake", None)
-    if wake is not None:
-        wake()
-        ctl.publish_task(res.task)
+    ctl.wake()
     return CommandResult(True, f"{task.name}: follow-up queued (attempt {task.attempt + 1})", res.task)

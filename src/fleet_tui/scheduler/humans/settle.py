@@ -9,19 +9,19 @@ says who vouched for it instead of which verifier passed.
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 
+from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.control import cascade_restore
+from fleet_tui.scheduler.lifecycle import Commands
 from fleet_tui.scheduler.model import TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 
 
-async def approve(ctl: Any, ref: str, by: str) -> CommandResult:
-    """A parked task (needs_human, a takeover's too) becomes done, approved by ``by``."""
-    task = await ctl._get(ref)
+async def approve(ctl: Commands, ref: str, by: str) -> CommandResult:
+    """A parked task (needs_human, a takeover's too) becomes done, approved by ``by``; the
+    dependents parked because it was parked come back with it (lifecycle.approve)."""
+    task = await ctl.get(ref)
     if isinstance(task, CommandResult):
         return task
     if task.status != TaskStatus.NEEDS_HUMAN:
@@ -30,15 +30,13 @@ async def approve(ctl: Any, ref: str, by: str) -> CommandResult:
             f"{task.name} is {task.status.value}: only a parked task (needs_human) can be approved "
             "(`fleet-tui send` asks a finished agent for more; `kill` parks a running one)",
         )
-    res: CommandResult = await ctl._direct(task, TaskStatus.DONE, f"approved_by:{by}", paused_running=0)
+    res = await ctl.command(task, lc.approve(by))
     if not res.ok or res.task is None:
         return res
     note = f"approved by {by} (by hand, in place of the verifiers)"
     await anyio.to_thread.run_sync(
         lambda: ctl.store.update_attempt(task.id, task.attempt, verify_output=note)
     )
-    # dependents parked because this task was parked may go on now
-    await anyio.to_thread.run_sync(cascade_restore, ctl.store, res.task, ctl.clock(), ctl.actor)
     return CommandResult(True, f"{task.name}: done (approved by {by})", res.task)
 
 

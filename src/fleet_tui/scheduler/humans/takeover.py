@@ -19,19 +19,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 from fleet_tui.coders.base import CannotResume, get_coder
+from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.control import cascade_restore
 from fleet_tui.scheduler.humans import followup, settle
+from fleet_tui.scheduler.lifecycle import Commands
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 from fleet_tui.scheduler.store.protocol import Store
 
-TAKEN = "taken over by "
 CHOICES = ("verify", "requeue", "done", "leave")
 REQUEUE_NOTE = (
     "{by} took this task over and worked on it interactively in this working directory. Look at "
@@ -47,16 +46,19 @@ class VerifyVerdict:
 
 
 def is_taken_over(task: Task) -> bool:
-    return task.status == TaskStatus.NEEDS_HUMAN and (task.reason or "").startswith(TAKEN)
+    why = lc.Reason.of(task)
+    return task.status == TaskStatus.NEEDS_HUMAN and why is not None and why.code == lc.ReasonCode.TAKEN_OVER
 
 
-async def begin(ctl: Any, ref: str, by: str) -> CommandResult:
+async def begin(ctl: Commands, ref: str, by: str) -> CommandResult:
     """Stop the task's agent if it runs (WIP kept) and park the task as taken over by ``by``."""
-    task = await ctl._get(ref)
+    task = await ctl.get(ref)
     if isinstance(task, CommandResult):
         return task
     if is_taken_over(task):
-        if task.reason == TAKEN + by:  # the same person again (a window closed by accident)
+        if lc.Reason.of(task) == lc.Reason(
+            lc.ReasonCode.TAKEN_OVER, by
+        ):  # the same person again (a window closed by accident)
             return CommandResult(True, f"{task.name}: {task.reason}", task)
         return CommandResult(False, f"{task.name} is already {task.reason}")
     if task.status == TaskStatus.CANCELLED:
@@ -65,11 +67,10 @@ async def begin(ctl: Any, ref: str, by: str) -> CommandResult:
         stopped: CommandResult = await ctl.kill(ref)
         if not stopped.ok:
             return stopped
-        task = await ctl._get(ref)
+        task = await ctl.get(ref)
         if isinstance(task, CommandResult):
             return task
-    res: CommandResult = await ctl._direct(task, TaskStatus.NEEDS_HUMAN, TAKEN + by, paused_running=0)
-    return res
+    return await ctl.command(task, lc.take_over(by))
 
 
 def session(store: Store, home: Path, task: Task) -> tuple[str | None, Path]:
@@ -128,45 +129,30 @@ def open_tmux_window(it: Interactive, title: str) -> str | None:
 
 
 async def finish(
-    ctl: Any, ref: str, choice: str, by: str, verify: Callable[[Task], VerifyVerdict] | None = None
+    ctl: Commands, ref: str, choice: str, by: str, verify: Callable[[Task], VerifyVerdict] | None = None
 ) -> CommandResult:
     """Settle a taken-over task the way the person chose (one of CHOICES)."""
-    task = await ctl._get(ref)
+    task = await ctl.get(ref)
     if isinstance(task, CommandResult):
         return task
     if not is_taken_over(task):
         return CommandResult(False, f"{task.name} is {task.status.value} ({task.reason}), not taken over")
     if choice == "leave":
-        return await ctl._direct(task, TaskStatus.NEEDS_HUMAN, f"parked after takeover by {by}")
+        return await ctl.command(task, lc.leave_after_takeover(by))
     if choice == "done":
         res: CommandResult = await settle.approve(ctl, ref, by)
         return res
     if choice == "requeue":
         note = REQUEUE_NOTE.format(by=by)
         await anyio.to_thread.run_sync(followup.add_pending, ctl.store, task.id, note, by, ctl.clock())
-        return await ctl._direct(
-            task,
-            TaskStatus.QUEUED,
-            f"requeued after takeover by {by}",
-            retries_used=0,
-            false_completions=0,
-            handoffs=0,
-            not_before=None,
-        )
+        return await ctl.command(task, lc.requeue_after_takeover(by))
     if choice == "verify":
         if verify is None:
             return CommandResult(False, "verify: no verifier runner given")
         v = await anyio.to_thread.run_sync(verify, task)
         if v.passed:
-            done: CommandResult = await ctl._direct(
-                task, TaskStatus.DONE, f"verified after takeover by {by}", paused_running=0
-            )
-            if done.ok and done.task is not None:
-                await anyio.to_thread.run_sync(cascade_restore, ctl.store, done.task, ctl.clock(), ctl.actor)
-            return done
-        parked: CommandResult = await ctl._direct(
-            task, TaskStatus.NEEDS_HUMAN, f"verify_failed: {v.label} (after takeover by {by})"
-        )
+            return await ctl.command(task, lc.verified_after_takeover(by))
+        parked = await ctl.command(task, lc.verify_failed_after_takeover(v.label, by))
         tail = v.output.strip()[-1500:]
         return CommandResult(False, f"{task.name}: verify failed: {v.label}\n{tail}".rstrip(), parked.task)
     return CommandResult(False, f"unknown choice {choice!r}: one of {', '.join(CHOICES)}")

@@ -36,7 +36,7 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
     Transition,
 )
-from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed
+from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed, entry_fields
 from fleet_tui.scheduler.store.postgres_base import PgBase, Tx
 from fleet_tui.scheduler.store.protocol import (
     ATTEMPT_COLUMNS,
@@ -73,10 +73,6 @@ def _sets(fields: dict[str, Any], writable: frozenset[str], what: str) -> tuple[
     if bad:
         raise StoreError(f"unknown {what} field(s): {', '.join(sorted(bad))}")
     return ", ".join(f"{k} = %s" for k in fields), [_val(k, v) for k, v in fields.items()]
-
-
-#: a task moved between these (a merge, a merge conflict) keeps its finished_at
-_FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
 
 
 class PostgresStore(PgBase):
@@ -325,21 +321,12 @@ RETURNING id, attempt"""
                 return None
             if not allowed(src, dst):
                 raise IllegalTransition(src, dst)
-            sets: dict[str, Any] = {"status": dst.value, "reason": reason, "updated_at": now, **fields}
-            if (
-                dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
-                and "finished_at" not in fields
-                and (row["finished_at"] is None or src not in _FINISHED)
-            ):
-                sets["finished_at"] = now
-            if (
-                dst in (TaskStatus.QUEUED, TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
-                and "owner" not in fields
-            ):
-                sets["owner"] = None
-                sets["lease_until"] = None
-            if dst != TaskStatus.QUEUED:
-                sets.setdefault("waiting", None)
+            sets: dict[str, Any] = {
+                "status": dst.value,
+                "reason": reason,
+                "updated_at": now,
+                **entry_fields(src, dst, now=now, finished_at=row["finished_at"], fields=fields),
+            }
             status = sets.pop("status")
             cols, vals = _sets(sets, _TASK_WRITABLE, "task")
             tx.execute(f"UPDATE tasks SET status = %s, {cols} WHERE id = %s", (status, *vals, task_id))

@@ -22,7 +22,7 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
     Transition,
 )
-from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed
+from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed, entry_fields
 from fleet_tui.scheduler.store.protocol import (
     ATTEMPT_COLUMNS,
     REUSABLE,
@@ -38,9 +38,6 @@ from fleet_tui.scheduler.store.protocol import (
     taken_message,
 )
 from fleet_tui.scheduler.store.sqlite_base import SCHEMA_VERSION, SqliteBase
-
-#: a task moved between these (a merge, a merge conflict) keeps its finished_at
-_FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -259,21 +256,12 @@ RETURNING *"""
                 return None
             if not allowed(cur.status, dst):
                 raise IllegalTransition(cur.status, dst)
-            sets = {"status": dst.value, "reason": reason, "updated_at": now, **fields}
-            if (
-                dst in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
-                and "finished_at" not in fields
-                and (cur.finished_at is None or cur.status not in _FINISHED)
-            ):
-                sets["finished_at"] = now
-            if (
-                dst in (TaskStatus.QUEUED, TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
-                and "owner" not in fields
-            ):
-                sets["owner"] = None
-                sets["lease_until"] = None
-            if dst != TaskStatus.QUEUED:
-                sets.setdefault("waiting", None)
+            sets = {
+                "status": dst.value,
+                "reason": reason,
+                "updated_at": now,
+                **entry_fields(cur.status, dst, now=now, finished_at=cur.finished_at, fields=fields),
+            }
             cols = ", ".join(f"{k} = ?" for k in sets)
             n = db.execute(
                 f"UPDATE tasks SET {cols} WHERE id = ? AND status = ? AND attempt = ?",
