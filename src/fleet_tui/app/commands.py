@@ -7,18 +7,20 @@ forgets a key can still find the command, and the palette never offers something
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from fleet_tui.app.app import FleetApp
+
+class ActionTable(Protocol):
+    """What the palette needs of the app (``FleetApp``): its keys, actions and descriptions."""
+
+    def action_table(self) -> list[tuple[str, str, str]]: ...
 
 
 class FleetCommands(Provider):
     def _actions(self) -> list[tuple[str, str, str]]:
-        app: FleetApp = self.app  # type: ignore[assignment]
-        return app.action_table()
+        return cast(ActionTable, self.app).action_table()
 
     async def discover(self) -> Hits:
         for key, action, description in self._actions():
