@@ -759,7 +759,7 @@ def test_a_password_store_url_works_end_to_end_and_reaches_no_agent(tmp_path: Pa
 def test_lean_entry_point_ends_when_the_sdk_server_does() -> None:
     """An SDK server that dies (here at once, exit 3) ends the relay too: no client is left
     waiting for a tool call nobody will answer."""
-    src = str(Path(mcp_stdio.__file__).parents[2])
+    src = str(Path(mcp_stdio.__file__).parents[3])
     relay = (
         f"import sys; sys.path.insert(0, {src!r}); from fleet_tui.scheduler.humans.mcp_stdio import Relay;"
         "dies = [sys.executable, '-c', 'raise SystemExit(3)'];"
