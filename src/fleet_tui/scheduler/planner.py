@@ -59,7 +59,8 @@ def gate_config(c: Config) -> GateConfig:
 
 def headroom_key(h: Headroom | None, cfg: GateConfig, need: int, free_slots: int) -> tuple[Any, ...]:
     """The headroom as far as it can change a decision or a reason: the load as the reasons show
-    it (to 0.01 per core; the kernel moves it every 5 s), memory and disk exactly when they are
+    it (to 0.01 per core; the kernel moves it every 5 s; not at all while no agent runs here,
+    when the load gate lets the first one start anyway), memory and disk exactly when they are
     within 0.1 GiB of a floor (``need``: the largest agent's estimate, once per free slot), and
     only "plenty" otherwise. A reading that would change nothing does not plan again."""
     if h is None:
@@ -71,7 +72,9 @@ def headroom_key(h: Headroom | None, cfg: GateConfig, need: int, free_slots: int
     disk: Any = h.disk_free
     if disk is not None and disk - cfg.disk_floor_bytes > tenth:
         disk = "plenty"
-    load = None if h.load_per_core is None else round(h.load_per_core, 2)
+    load: Any = None if h.load_per_core is None else round(h.load_per_core, 2)
+    if load is not None and free_slots >= cfg.max_concurrent:
+        load = "first agent"  # none runs: the load gate lets the first one start whatever the load
     return (load, mem, disk, h.cores)
 
 

@@ -140,12 +140,19 @@ async def watch(engine: Any) -> None:
     """The engine's GitHub loop (runs until cancelled; never raises)."""
     last_poll = float("-inf")
     hold_until = 0.0
+    # the engine's change generation at the last round: without a change since, only linked
+    # tasks' pull requests (polled every github_poll_s) need a round; owed comments follow changes
+    seen = getattr(engine, "generation", None)
     while True:
         await anyio.sleep(min(COMMENT_TICK_S, engine.cfg.github_poll_s))
         now = engine.clock()
         if now < hold_until:
             continue
         poll = now - last_poll >= engine.cfg.github_poll_s
+        gen = getattr(engine, "generation", None)
+        linked = poll and any(is_linked(t.spec) for t in engine.snapshot().tasks)
+        if gen is not None and gen == seen and not linked:
+            continue  # nothing changed and no pull request to poll: no store read
         try:
             changed = await anyio.to_thread.run_sync(tick, engine.store, now, engine.actor, poll)
         except RateLimited as e:
@@ -156,6 +163,7 @@ async def watch(engine: Any) -> None:
 
             engine.bus.publish([EngineEvent(kind="notice", text=f"GitHub poll failed: {e}")])
             continue
+        seen = gen
         if poll:
             last_poll = now
         for t in changed:
