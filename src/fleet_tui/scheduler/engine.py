@@ -187,9 +187,13 @@ class Engine(Controller):
         self._wake.set()
 
     def publish_task(self, task: Task | None) -> None:
-        if task is not None:
-            self.bus.publish([EngineEvent(kind="task", task=task)])
-            self.wake()
+        if task is None:
+            return
+        self.bus.publish([EngineEvent(kind="task", task=task)])
+        if task.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING):
+            self.generation += 1  # the snapshot shows it; no plan changes while it runs
+        else:
+            self.wake()  # queued again, or ended (its dependents may start): plan again
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, until_idle: bool = False) -> None:
@@ -384,9 +388,10 @@ class Engine(Controller):
                     only_task=t.id,
                 )
             )
-            self.planner.invalidate()  # taken (by us or another engine), or it changed
             if task is None:
-                continue  # another engine took it, or it changed
+                self.planner.invalidate()  # another engine took it, or it changed: read again
+                continue
+            self.planner.claimed(task.id)
             started = True
             await self._start(task)
         return started

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet_tui.coders.base import account_of
@@ -134,6 +134,17 @@ class Planner:
     def invalidate(self) -> None:
         """Something changed here (a task added, claimed, finished, a command): read again."""
         self._dirty = True
+
+    def claimed(self, task_id: str) -> None:
+        """This engine claimed ``task_id``: it left the queue. Planned again from memory, without
+        reading the store (its stamp is gone at the next read anyway)."""
+        with self._lock:
+            view = self._view
+            if view is None or task_id not in self._tasks:
+                return
+            del self._tasks[task_id]
+            self._generation += 1
+            self._view = replace(view, tasks=tuple(self._tasks.values()), generation=self._generation)
 
     @property
     def token(self) -> int | None:
