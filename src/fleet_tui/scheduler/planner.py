@@ -90,6 +90,8 @@ class QueueView:
     day: float
     generation: int = 0
     stamps: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: the coders the queued tasks name (None: the default coder), for the memory estimate
+    coders: frozenset[str | None] = frozenset()
 
 
 class Planner:
@@ -161,8 +163,8 @@ class Planner:
     def headroom_key(self, h: Headroom | None) -> tuple[Any, ...]:
         """``headroom_key`` for this engine's queue and config."""
         cfg = self._config()
-        tasks = self._view.tasks if self._view is not None else ()
-        coders = {t.coder or t.spec.coder or cfg.default_coder for t in tasks}
+        named = self._view.coders if self._view is not None else frozenset()
+        coders = {c or cfg.default_coder for c in named}
         need = max((self._mem.estimate(c) for c in coders), default=0)
         return headroom_key(h, gate_config(cfg), need, max(0, cfg.max_concurrent - self._running()))
 
@@ -204,6 +206,7 @@ class Planner:
             day=day,
             generation=self._generation,
             stamps=stamps,
+            coders=frozenset(t.coder or t.spec.coder for t in self._tasks.values()),
         )
         return self._view
 

@@ -150,9 +150,12 @@ async def watch(engine: Any) -> None:
             continue
         poll = now - last_poll >= engine.cfg.github_poll_s
         gen = getattr(engine, "generation", None)
-        linked = poll and any(is_linked(t.spec) for t in engine.snapshot().tasks)
-        if gen is not None and gen == seen and not linked:
-            continue  # nothing changed and no pull request to poll: no store read
+        if gen is not None and gen == seen:
+            if not poll:
+                continue  # nothing changed, no poll due: no store read
+            if not any(is_linked(t.spec) for t in engine.snapshot().tasks):
+                last_poll = now  # no pull request to poll
+                continue
         try:
             changed = await anyio.to_thread.run_sync(tick, engine.store, now, engine.actor, poll)
         except RateLimited as e:
