@@ -12,7 +12,9 @@ Split from ``postgres_store`` so that module holds only the Store contract's que
   LISTEN connection and moves the token for each notification from another session: a real
   event, no polling. NOTIFY is a wake-up only: the token also moves every ``fallback_s``
   seconds and whenever the listener had to reconnect, so a lost notification delays a peer's
-  reaction but never hides a change. ``change_marker()`` is the same without the thread (drains
+  reaction but never hides a change. (A NOTIFY is lost only when a writer dies between its
+  commit and the NOTIFY, or the listener's connection drops, which moves the token by itself:
+  so the fallback is rare insurance, 30 s by default, not a poll.) ``change_marker()`` is the same without the thread (drains
   the listener without blocking), for callers that poll.
 * every session sets ``idle_in_transaction_session_timeout``: a host that dies, freezes or loses
   its network inside a transaction would otherwise keep its row locks until the server's TCP
@@ -147,7 +149,7 @@ class PgBase(PgNotifications):
         *,
         schema: str | None = None,
         pool_size: int = 8,
-        fallback_s: float | None = 3.0,
+        fallback_s: float | None = 30.0,
         connect_timeout_s: int = 10,
         idle_tx_timeout_s: float | None = IDLE_TX_TIMEOUT_S,
     ) -> None:

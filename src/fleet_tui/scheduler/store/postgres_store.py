@@ -81,7 +81,7 @@ _FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
 class PostgresStore(PgBase):
     """The Store contract on PostgreSQL (see ``store.Store`` for each method's meaning).
 
-    ``PostgresStore(url, schema=None, pool_size=8, fallback_s=3.0)``: see ``PgBase``.
+    ``PostgresStore(url, schema=None, pool_size=8, fallback_s=30.0)``: see ``PgBase``.
     """
 
     _TASK_SELECT = (
