@@ -25,6 +25,7 @@ from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.model import Attempt, Event, Task, TaskSpec, Transition
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.states import ACTIVE, PARKED, IllegalTransition, TaskStatus
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.protocol import Store, StoreError
 from fleet_tui.scheduler.store.storeclock import StoreClock
 
@@ -99,9 +100,7 @@ class Controller:
                 return CommandResult(cmd.status == "done", cmd.result or verb, fresh)
             # the engine's answer is its commit: the store's change token wakes us at once
             left = max(0.0, min(1.0, deadline - time.monotonic()))
-            token = await anyio.to_thread.run_sync(
-                self.store.wait_for_change, token, left, abandon_on_cancel=True
-            )
+            token = await changed(self.store, token, left)
         return CommandResult(
             False,
             f"{verb}: the engine owning {task.name} ({task.owner}) did not answer "

@@ -52,6 +52,7 @@ from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool,
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.series import window as series_window
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.outage import Resilient, store_error_of
 from fleet_tui.scheduler.store.protocol import Store
 from fleet_tui.scheduler.store.storeclock import StoreClock
@@ -323,9 +324,7 @@ class Engine(Controller):
         the CLI, a command, an answer, a peer's claim) -> plan again, look at commands."""
         token = await anyio.to_thread.run_sync(self.store.change_token)
         while True:
-            new = await anyio.to_thread.run_sync(
-                self.store.wait_for_change, token, IDLE_WAIT_S, abandon_on_cancel=True
-            )
+            new = await changed(self.store, token, IDLE_WAIT_S)
             if new != token:
                 token = new
                 self._commands_due.set()

@@ -26,6 +26,7 @@ from fleet_tui.scheduler.model import EngineEvent, Event, Gauges, HostSeries, Ra
 from fleet_tui.scheduler.policy.gate import REJECTED_HOLD_S
 from fleet_tui.scheduler.policy.headroom import GIB, MemoryModel
 from fleet_tui.scheduler.states import ACTIVE
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.protocol import Store
 
 
@@ -211,21 +212,19 @@ class AttachedView(Controller):
         second while things change, and every 5 s regardless (whether an engine still lives is
         a matter of time). Nothing is read while nothing changes in between."""
         token = await anyio.to_thread.run_sync(self.store.change_token)
-        changed, owed, refreshed = True, True, float("-inf")
+        moved, owed, refreshed = True, True, float("-inf")
         while not self._stop:
             now = time.monotonic()
             if (owed and now - refreshed >= 1.0) or now - refreshed >= 5.0:
                 await self.refresh()
                 owed, refreshed = False, time.monotonic()
-            if changed:
+            if moved:
                 await self.poll_events()
             since = time.monotonic() - refreshed
             timeout = min(1.0, max(0.05, (1.0 if owed else 5.0) - since))
-            new = await anyio.to_thread.run_sync(
-                self.store.wait_for_change, token, timeout, abandon_on_cancel=True
-            )
-            changed, token = new != token, new
-            owed = owed or changed
+            new = await changed(self.store, token, timeout)
+            moved, token = new != token, new
+            owed = owed or moved
         self.bus.close()
 
     async def shutdown(self, leave_running: bool) -> None:

@@ -48,6 +48,7 @@ from fleet_tui.scheduler.humans.mcp_stdio import (
     TOOL_TITLE,
 )
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.protocol import Store, StoreError, open_store
 
 log = logging.getLogger("fleet_tui.mcp_ask_human")
@@ -319,9 +320,7 @@ class Asker:
             due = min(self.poll_s, deadline - now, next_task_check - now)
             if progress is not None:
                 due = min(due, next_progress - now)
-            token = await anyio.to_thread.run_sync(
-                store.wait_for_change, token, max(0.0, due), abandon_on_cancel=True
-            )
+            token = await changed(store, token, max(0.0, due))
 
     async def _task_stopped(self, store: Store) -> bool:
         """The task is gone, finished, parked, or a newer attempt runs: nobody needs the answer."""

@@ -29,6 +29,9 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
 
 log = logging.getLogger("fleet_tui.store")
 
@@ -38,6 +41,24 @@ _IN_MOVED_TO = 0x080
 _IN_CREATE = 0x100
 _IN_DELETE = 0x200
 _EVENT = struct.Struct("iIII")
+
+#: the longest one worker thread blocks in ``wait_for_change`` for an async waiter: a waiter that
+#: is cancelled leaves its thread behind for at most this long (a process exits only after it)
+SLICE_S = 0.5
+
+
+async def changed(store: Any, token: int, timeout: float) -> int:
+    """``store.wait_for_change`` for async code: the next change token, or ``token`` once
+    ``timeout`` passed. Waits in slices of ``SLICE_S`` on a worker thread, so a cancelled wait
+    (an engine stopping) never holds the process open for longer than that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        new: int = await anyio.to_thread.run_sync(
+            store.wait_for_change, token, min(SLICE_S, max(0.0, left)), abandon_on_cancel=True
+        )
+        if new != token or left <= SLICE_S:
+            return new
 
 
 class ChangeWatcher:

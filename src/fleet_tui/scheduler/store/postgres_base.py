@@ -14,8 +14,8 @@ Split from ``postgres_store`` so that module holds only the Store contract's que
   seconds and whenever the listener had to reconnect, so a lost notification delays a peer's
   reaction but never hides a change. (A NOTIFY is lost only when a writer dies between its
   commit and the NOTIFY, or the listener's connection drops, which moves the token by itself:
-  so the fallback is rare insurance, 30 s by default, not a poll.) ``change_marker()`` is the same without the thread (drains
-  the listener without blocking), for callers that poll.
+  so the fallback is rare insurance, 30 s by default, not a poll.) ``change_marker()`` is the
+  same without the thread (drains the listener without blocking), for callers that poll.
 * every session sets ``idle_in_transaction_session_timeout``: a host that dies, freezes or loses
   its network inside a transaction would otherwise keep its row locks until the server's TCP
   keepalive notices (two hours by default), and every peer's take-over of its tasks (and every
