@@ -21,7 +21,7 @@ import pytest
 from fleet_tui.config import Config
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import Decision, Task, TaskSpec
-from fleet_tui.scheduler.planner import Planner, gate_config, headroom_key
+from fleet_tui.scheduler.planner import Planner, gate_config, headroom_key, settled
 from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, decide, effective_load, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
 from fleet_tui.scheduler.states import TaskStatus as S
@@ -352,3 +352,16 @@ def test_the_fleets_own_agents_are_taken_off_the_load() -> None:
     cfg = GateConfig(max_concurrent=4)
     # two agents of ours keep the load at 2.5/core: by itself the machine is at 1.5, under 2.0
     assert decide(_task(), "shell", cfg, _inputs(running=2, load=2.5, own=2.0), MemoryModel()).ok
+
+
+def test_a_plan_is_settled_only_when_nothing_clears_by_itself() -> None:
+    t = _task()
+    assert settled([(t, Decision(True))], NOW, None) == (False, False)
+    assert settled([(t, Decision(False, "load 3.0/core > 2.0: one agent at a time"))], NOW, None) == (
+        False,
+        False,
+    )
+    assert settled([(t, Decision(False, "needs tags: gpu"))], NOW, None) == (True, False)
+    waits = [(t, Decision(False, "waits until 14:05", NOW + 600))]
+    assert settled(waits, NOW, None) == (False, False)  # sat out
+    assert settled(waits, NOW, 60.0) == (True, True)  # longer than --max-wait: left

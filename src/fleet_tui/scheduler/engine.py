@@ -41,7 +41,7 @@ from fleet_tui.scheduler.model import (
     Task,
     TaskSpec,
 )
-from fleet_tui.scheduler.planner import TRANSIENT_GATES, Plan, Planner
+from fleet_tui.scheduler.planner import TRANSIENT_GATES, Plan, Planner, settled
 from fleet_tui.scheduler.policy.gate import GateConfig
 from fleet_tui.scheduler.policy.headroom import Headroom, MemoryModel, read_headroom, tree_memory
 from fleet_tui.scheduler.policy.outcome import Policy
@@ -338,15 +338,11 @@ class Engine(Controller):
         what is left waits on a person, a parked dependency, or tags this host lacks."""
         decisions = await self.plan()
         self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
-        if any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions):
-            return False
-        now = self.clock()
-        timed = [d.retry_at for _, d in decisions if d.retry_at is not None and not d.ok]
-        if timed:
-            soonest = min(timed)
-            if self.max_wait is None or soonest - now <= self.max_wait:
-                return False
+        idle, left = settled(decisions, self.clock(), self.max_wait)
+        if left:
             self.left_time_waits = True
+        if not idle:
+            return False
         # tasks still marked running under a dead engine come back once its lease expires:
         # someone has to be there to reclaim them
         orphans = await anyio.to_thread.run_sync(

@@ -78,6 +78,22 @@ def headroom_key(h: Headroom | None, cfg: GateConfig, need: int, free_slots: int
     return (load, mem, disk, h.cores)
 
 
+def settled(decisions: Plan, now: float, max_wait: float | None) -> tuple[bool, bool]:
+    """(nothing in this plan can start without a person or an outside event, a time-based wait
+    longer than ``max_wait`` was left). Headroom gates (load, memory, disk, slots) clear by
+    themselves and time-based waits (a retry's backoff, a rate-limit reset, the budget's new
+    day) end by themselves: a plan with either is not settled, unless the soonest wait is longer
+    than ``max_wait`` (``run --until-idle --max-wait``)."""
+    if any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions):
+        return False, False
+    timed = [d.retry_at for _, d in decisions if d.retry_at is not None and not d.ok]
+    if timed:
+        if max_wait is None or min(timed) - now <= max_wait:
+            return False, False
+        return True, True
+    return True, False
+
+
 @dataclass(frozen=True)
 class QueueView:
     """What the planner read from the store, as of one change token."""
