@@ -212,14 +212,16 @@ class AttachedView(Controller):
         second while things change, and every 5 s regardless (whether an engine still lives is
         a matter of time). Nothing is read while nothing changes in between."""
         token = await anyio.to_thread.run_sync(self.store.change_token)
-        moved, owed, refreshed = True, True, float("-inf")
+        moved, owed, refreshed, polled = True, True, float("-inf"), float("-inf")
         while not self._stop:
             now = time.monotonic()
             if (owed and now - refreshed >= 1.0) or now - refreshed >= 5.0:
                 await self.refresh()
                 owed, refreshed = False, time.monotonic()
-            if moved:
+            if moved:  # at most ten reads a second while agents stream (batches, not a read each)
+                await anyio.sleep(max(0.0, polled + 0.1 - time.monotonic()))
                 await self.poll_events()
+                polled = time.monotonic()
             since = time.monotonic() - refreshed
             timeout = min(1.0, max(0.05, (1.0 if owed else 5.0) - since))
             new = await changed(self.store, token, timeout)
