@@ -62,9 +62,11 @@ log = logging.getLogger("fleet_tui.engine")
 
 __all__ = ["TRANSIENT_GATES", "Engine", "Running"]
 
-#: how long the schedule loop sleeps at most when nothing wakes it (nothing is read then: the
-#: planner reads the store only after a change)
+#: how long the store watcher waits for a change in one go (a lost wake-up costs at most this)
 IDLE_WAIT_S = 30.0
+#: how long the schedule loop sleeps at most when nothing wakes it: it then plans from what the
+#: planner holds (no store read; nothing at all when no input moved, not even the gate)
+PLAN_TICK_S = 1.0
 
 
 class Running:
@@ -164,6 +166,8 @@ class Engine(Controller):
         self._commands_due = anyio.Event()
         self._snap_generation = -1
         self._snap_at = 0.0
+        self._reported_at = 0.0
+        self._admitted: Plan | None = None
 
     def _store_notice(self, text: str) -> None:
         """A store outage notice, from a worker thread (or the loop's own)."""
@@ -306,10 +310,10 @@ class Engine(Controller):
             # another process (the store watcher wakes us), a headroom reading that changes a
             # decision (housekeeping wakes us), or the earliest time-based gate opens (a backoff,
             # a rate-limit reset, the budget's new day)
-            timeout = IDLE_WAIT_S
+            timeout = PLAN_TICK_S
             due = self.planner.next_at()
-            if due is not None:  # checked each second (the clock may jump): a plan from memory
-                timeout = min(1.0, max(0.0, due - self.clock()) + 0.05)
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - self.clock()) + 0.05)
             with anyio.move_on_after(timeout):
                 await self._wake.wait()
         # stopping: wait for runners to finish when they were told to stop
@@ -362,6 +366,9 @@ class Engine(Controller):
         if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
             return False
         decisions = await self.plan(admitting=True)
+        if decisions is self._admitted:
+            return False  # the very plan admitted last time (nothing moved): nothing new to do
+        self._admitted = decisions
         changed = self.planner.waiting_changes(decisions)
         if changed:
             await anyio.to_thread.run_sync(self.store.set_waiting, changed)
@@ -706,6 +713,20 @@ class Engine(Controller):
         if self._hk_n % 60 == 0:
             await anyio.to_thread.run_sync(self.store.maintenance)
 
+    def _host_row(self, now: float) -> Host:
+        h = self._headroom
+        return Host(
+            name=self.host,
+            heartbeat=now,
+            cores=h.cores if h else 0,
+            load=h.load_per_core if h else None,
+            mem_available=h.mem_available if h else None,
+            disk_free=h.disk_free if h else None,
+            running=len(self.runners),
+            tags=self.tags,
+            version=__version__,
+        )
+
     def _others_active(self) -> bool:
         """A task runs under another engine (by the latest snapshot, rebuilt on every change):
         only then can an orphan appear without a change in the store (its engine dies)."""
@@ -742,23 +763,18 @@ class Engine(Controller):
         if full:
             self._snap_generation, self._snap_at = self.generation, self.clock()
 
+        # the host row and the pulse: each second while something happens, every heartbeat
+        # while nothing does (each write wakes every other engine and cockpit on the store)
+        report = full or time.monotonic() - self._reported_at >= self.cfg.heartbeat_s
+        if report:
+            self._reported_at = time.monotonic()
+
         def work() -> Snapshot:
             now = self.clock()
-            self.series.save(self.store, now)
             h = self._headroom
-            self.store.upsert_host(
-                Host(
-                    name=self.host,
-                    heartbeat=now,
-                    cores=h.cores if h else 0,
-                    load=h.load_per_core if h else None,
-                    mem_available=h.mem_available if h else None,
-                    disk_free=h.disk_free if h else None,
-                    running=len(self.runners),
-                    tags=self.tags,
-                    version=__version__,
-                )
-            )
+            if report:
+                self.series.save(self.store, now)
+                self.store.upsert_host(self._host_row(now))
             if not full:  # nothing changed: the machine's figures and the pulse, no store read
                 g = replace(
                     self._snapshot.gauges,

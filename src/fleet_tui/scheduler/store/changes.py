@@ -43,8 +43,9 @@ _IN_DELETE = 0x200
 _EVENT = struct.Struct("iIII")
 
 #: the longest one worker thread blocks in ``wait_for_change`` for an async waiter: a waiter that
-#: is cancelled leaves its thread behind for at most this long (a process exits only after it)
-SLICE_S = 0.5
+#: is cancelled leaves its thread behind for at most this long (a process exits only after it,
+#: so it bounds how long a stopping engine lingers; shorter slices cost idle CPU)
+SLICE_S = 1.0
 
 
 async def changed(store: Any, token: int, timeout: float) -> int:
