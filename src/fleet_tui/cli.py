@@ -240,7 +240,7 @@ def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
     from fleet_tui.report import fresh_waiting
 
     return fresh_waiting(
-        ctx.store, tasks, now, max(3 * ctx.cfg.heartbeat_s, 5.0), lambda: anyio.run(_engine(ctx)._plan)
+        ctx.store, tasks, now, max(3 * ctx.cfg.heartbeat_s, 5.0), lambda: anyio.run(_engine(ctx).plan)
     )
 
 
@@ -482,7 +482,7 @@ def cmd_plan(ctx: Ctx) -> int:
     from fleet_tui.coders.base import get_coder
 
     eng = _engine(ctx)
-    decisions = anyio.run(eng._plan)
+    decisions = anyio.run(eng.plan)
     if not decisions:
         print("nothing queued")
     usable: dict[str, tuple[bool, str]] = {}

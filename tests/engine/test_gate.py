@@ -188,12 +188,16 @@ def test_rate_limit_rejected_status() -> None:
     assert reason(rate_limits=limits((rl(status="rejected", observed_at=old), None))) is None
 
 
+HOLDS = ": one agent at a time until it drops"
+
+
 def test_load_per_core() -> None:
-    assert reason(load_per_core=2.4) == "load 2.4/core > 2.0"
-    assert reason(load_per_core=2.04) == "load 2.04/core > 2.0"  # never "2.0 > 2.0"
-    assert reason(load_per_core=2.0) is None
+    # with one agent of this engine running, the load gate holds back the next
+    assert reason(load_per_core=2.4, running=1) == "load 2.4/core > 2.0" + HOLDS
+    assert reason(load_per_core=2.04, running=1) == "load 2.04/core > 2.0" + HOLDS  # never "2.0 > 2.0"
+    assert reason(load_per_core=2.0, running=1) is None
     cfg = GateConfig(max_concurrent=4, max_load_per_core=1.0)
-    assert reason(cfg=cfg, load_per_core=1.5) == "load 1.5/core > 1.0"
+    assert reason(cfg=cfg, load_per_core=1.5, running=1) == "load 1.5/core > 1.0" + HOLDS
 
 
 def test_memory_floor_plus_one_agent() -> None:
@@ -276,6 +280,7 @@ def test_gates_are_checked_in_order() -> None:
         kw: dict[str, Any] = {}
         for later in GATE_ORDER[i:]:  # this gate and every later one fail
             kw.update(FAILING[later])
+        kw.setdefault("running", 1)  # the load gate holds back a second agent, never the first
         d = decide(t, "claude", cfg, inputs(**kw), MemoryModel())
         assert not d.ok
         assert d.reason is not None and d.reason.startswith(PREFIX[gate]), (gate, d.reason)
@@ -363,8 +368,8 @@ def test_small_words_limits_and_resets() -> None:
     """Point 15: a limit of 0.01 prints as written, and a rate-limit label shows the grace after
     the account's reset (the task starts at the retry time, not at the reset)."""
     cfg = GateConfig(max_concurrent=4, max_load_per_core=0.01)
-    assert reason(cfg=cfg, load_per_core=0.5) == "load 0.50/core > 0.01"
-    assert reason(cfg=cfg, load_per_core=0.011) == "load 0.011/core > 0.01"
+    assert reason(cfg=cfg, load_per_core=0.5, running=1) == "load 0.50/core > 0.01" + HOLDS
+    assert reason(cfg=cfg, load_per_core=0.011, running=1) == "load 0.011/core > 0.01" + HOLDS
     now = inputs().now
     rejected = RateLimit(account="claude", status="rejected", resets_at=now + 600, observed_at=now)
     d = decide(task(), "claude", CFG, inputs(rate_limits=limits((rejected, now + 630))), MemoryModel())

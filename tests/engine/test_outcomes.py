@@ -675,7 +675,7 @@ async def test_a_parked_dependency_cascades_three_levels_and_back_on_retry(
     for name in ("mid", "leaf", "leaf2"):
         t = await f.task(name)
         assert t.status == S.QUEUED, (name, t.status, t.reason)
-    plan = {t.name: d.reason for t, d in await f.engine._plan()}  # plans, starts nothing
+    plan = {t.name: d.reason for t, d in await f.engine.plan()}  # plans, starts nothing
     assert (plan["mid"], plan["leaf"], plan["leaf2"]) == ("after base", "after mid", "after leaf")
     await f.idle()
     for name in ("base", "mid", "leaf", "leaf2"):
@@ -944,8 +944,8 @@ async def test_each_gate_is_the_waiting_reason_in_status_and_plan(make_fleet: Ca
         f.headroom.disk_free = 1 * GIB
         f.engine.wake()
         await f.wait_waiting("gpu-job", "disk: 1.0 GiB free < 5.0 GiB floor")
-        f.headroom.load_per_core = 7.5
-        await f.wait_waiting("gpu-job", "load 7.5/core > 2.0")
+        f.headroom.load_per_core = 7.5  # minus the blocker's own load (1 of 2 cores): 7.0
+        await f.wait_waiting("gpu-job", "load 7.0/core > 2.0")
         assert (await f.task("probe")).status in (S.QUEUED, S.DONE)
         await f.engine.pause(None)
         t = await f.wait_waiting("gpu-job", "fleet paused")

@@ -602,6 +602,30 @@ def test_change_marker_moves_after_another_connection_writes(make_store: MakeSto
     assert watcher.get_task("a") is not None
 
 
+def test_the_change_token_wakes_a_waiter_when_another_connection_commits(make_store: MakeStore) -> None:
+    watcher, writer = make_store(), make_store()
+    t0 = watcher.change_token()
+    watcher.set_setting("own", "write")
+    assert watcher.wait_for_change(t0, 0.3) == t0  # its own commits never move it
+    writer.set_setting("k", "v")
+    assert watcher.wait_for_change(t0, 20.0) != t0
+
+
+def test_planning_reads_dependencies_in_one_batch_and_stamps_what_moved(make_store: MakeStore) -> None:
+    s = make_store()
+    a, b, c = s.add_tasks([spec("a"), spec("b", depends_on=("a",)), spec("c", depends_on=("a", "b"))], NOW)
+    assert s.unfinished_dependencies() == {b.id: ["a"], c.id: ["a", "b"]}
+    stamps = s.queued_stamps()
+    assert set(stamps) == {a.id, b.id, c.id}
+    got = claim(s)
+    assert got is not None and got.id == a.id
+    assert set(s.queued_stamps()) == {b.id, c.id} and s.queued_stamps()[b.id] == stamps[b.id]
+    s.transition(a.id, TaskStatus.DONE, reason="ok", now=NOW + 1, owner="e1", attempt=got.attempt)
+    assert s.unfinished_dependencies() == {c.id: ["b"]}
+    s.update_spec(b.id, TaskSpec(name="b", prompt="edited", depends_on=("a",), priority=5), NOW + 2)
+    assert s.queued_stamps()[b.id] != stamps[b.id]
+
+
 def test_racing_claims_take_every_task_exactly_once(make_store: MakeStore) -> None:
     first = make_store()
     first.add_tasks([spec(f"t{i:03d}", priority=i % 3) for i in range(200)], NOW)

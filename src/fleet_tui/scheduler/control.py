@@ -27,6 +27,7 @@ from fleet_tui.scheduler.model import Attempt, Event, Task, TaskSpec, Transition
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.attemptdir import ShimInfo, read_shim
 from fleet_tui.scheduler.states import ACTIVE, PARKED, IllegalTransition, TaskStatus
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.protocol import Store, StoreError
 from fleet_tui.scheduler.store.storeclock import StoreClock
 
@@ -97,6 +98,7 @@ class Controller:
         alive = await anyio.to_thread.run_sync(owner_alive, self.store, task.owner, now, self._stale_s())
         if not alive:
             return None
+        token = await anyio.to_thread.run_sync(self.store.change_token)
         cid = int(await anyio.to_thread.run_sync(self.store.add_command, task.id, verb, arg, task.owner, now))
         deadline = time.monotonic() + self.ccfg.command_timeout_s
         while time.monotonic() < deadline:
@@ -104,7 +106,9 @@ class Controller:
             if cmd is not None and cmd.status != "pending":
                 fresh = await anyio.to_thread.run_sync(self.store.get_task, task.id)
                 return CommandResult(cmd.status == "done", cmd.result or verb, fresh)
-            await anyio.sleep(0.05)
+            # the engine's answer is its commit: the store's change token wakes us at once
+            left = max(0.0, min(1.0, deadline - time.monotonic()))
+            token = await changed(self.store, token, left)
         return CommandResult(
             False,
             f"{verb}: the engine owning {task.name} ({task.owner}) did not answer "

@@ -3,8 +3,9 @@
 Pure async (anyio), no UI imports. One ``Engine`` per process; several engines (processes or
 machines) share one store and never run the same attempt twice: claims are fenced, leases are
 heartbeated, and a restarted engine adopts the live shims of its dead predecessor instead of
-starting second agents. It wakes on events (a task added, an agent exited, a command) and polls
-the store cheaply for changes made by other processes.
+starting second agents. It wakes on events (a task added, an agent exited, a command) and on the
+store's change token (another process committed: store/changes.py); planning is the Planner's
+(planner.py), which reads the store only when something changed.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ from fleet_tui.scheduler.model import (
     TaskChanged,
     TaskSpec,
 )
-from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, plan
-from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel, read_headroom, tree_memory
+from fleet_tui.scheduler.planner import TRANSIENT_GATES, Plan, Planner, settled
+from fleet_tui.scheduler.policy.gate import GateConfig
+from fleet_tui.scheduler.policy.headroom import Headroom, MemoryModel, read_headroom, tree_memory
 from fleet_tui.scheduler.policy.outcome import Policy
 from fleet_tui.scheduler.policy.review import make_reviewer
 from fleet_tui.scheduler.policy.verify import AgentReviewer
@@ -62,8 +64,10 @@ from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool,
 from fleet_tui.scheduler.ratelimits import RateLimitBook
 from fleet_tui.scheduler.running import Running, command_agent
 from fleet_tui.scheduler.series import Counters, SeriesCollector
+from fleet_tui.scheduler.series import window as series_window
 from fleet_tui.scheduler.sink import AttemptSink
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.outage import Resilient, is_transient, store_error_of
 from fleet_tui.scheduler.store.protocol import Store
 from fleet_tui.scheduler.store.storeclock import StoreClock
@@ -71,8 +75,13 @@ from fleet_tui.scheduler.view import TaskMirror, build_snapshot, carry_over, mid
 
 log = logging.getLogger("fleet_tui.engine")
 
-#: gate reasons that clear by themselves as agents finish
-TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
+__all__ = ["TRANSIENT_GATES", "Engine", "Running"]
+
+#: how long the store watcher waits for a change in one go (a lost wake-up costs at most this)
+IDLE_WAIT_S = 30.0
+#: how long the schedule loop sleeps at most when nothing wakes it: it then plans from what the
+#: planner holds (no store read; nothing at all when no input moved, not even the gate)
+PLAN_TICK_S = 1.0
 
 
 class Engine(Controller):
@@ -149,6 +158,7 @@ class Engine(Controller):
             self.rate_limits,
             self.bus.publish,
             self.publish_task,
+            self.wake,
         )
         self.launcher = Launcher(
             self.store, self.home, settings, self.clock, self.owner, lambda: self.shim_pool
@@ -159,6 +169,23 @@ class Engine(Controller):
             self.merger, self.sink.take, self.notice,
         )  # fmt: skip
         self.adopter = Adopter(self.life, settings, self.host, self._launch_runner, self.wake)
+        self.planner = Planner(
+            self.store,
+            config=lambda: self.cfg,
+            clock=self.clock,
+            tags=self.tags,
+            running=lambda: len(self.runners),
+            headroom=lambda: self._headroom or read_headroom(self.home),
+            mem=self.mem,
+            midnight=midnight,
+        )
+        #: moves with every change here or in the store (what the snapshot and watchers key on)
+        self.generation = 0
+        self._commands_due = anyio.Event()
+        self._snap_generation = -1
+        self._snap_at = 0.0
+        self._reported_at = 0.0
+        self._admitted: Plan | None = None
 
     def notice(self, text: str) -> None:
         """A notice for the cockpit, from a worker thread (or the loop's own)."""
@@ -177,11 +204,19 @@ class Engine(Controller):
             yield batch
 
     def wake(self) -> None:
+        """Something changed (here, or in the store): plan again, and rebuild the snapshot."""
+        self.generation += 1
+        self.planner.invalidate()
         self._wake.set()
 
     def publish_task(self, task: Task | None) -> None:
-        if task is not None:
-            self.bus.publish([TaskChanged(task)])
+        if task is None:
+            return
+        self.bus.publish([TaskChanged(task)])
+        if task.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING):
+            self.generation += 1  # the snapshot shows it; no plan changes while it runs
+        else:
+            self.wake()  # queued again, or ended (its dependents may start): plan again
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, until_idle: bool = False) -> None:
@@ -206,9 +241,11 @@ class Engine(Controller):
                 outer.start_soon(self._lease_loop)
                 outer.start_soon(self.writer.run)
                 outer.start_soon(self._command_loop)
+                outer.start_soon(self._store_watch_loop)
                 outer.start_soon(  # pull request state, issue comments
                     prwatch.watch, self.store, self.clock, self.owner, lambda: self.cfg.github_poll_s,
-                    self.notice, self.publish_task,
+                    self.notice, self.publish_task, lambda: self.generation,
+                    lambda: self.snapshot().tasks,
                 )  # fmt: skip
                 outer.start_soon(notify.watch, self)  # notifications and the loop guard (notify/)
                 async with anyio.create_task_group() as rtg:
@@ -282,7 +319,6 @@ class Engine(Controller):
             )
 
     async def _schedule_loop(self, until_idle: bool) -> None:
-        marker: Any = None
         while not self._stopping:
             self._wake = anyio.Event()
             started = await self._admit()
@@ -290,19 +326,16 @@ class Engine(Controller):
                 return
             if started:
                 continue
-            # sleep until a local event (task added here, agent exited, command), a change made
-            # by another process (a cheap marker polled at 50 Hz), or a second passes (gates
-            # such as backoff, reset times and headroom change with time)
-            fn = getattr(self.store, "change_marker", None)
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline and not self._wake.is_set():
-                with anyio.move_on_after(0.02):
-                    await self._wake.wait()
-                if fn is not None and not self._wake.is_set():
-                    new = await anyio.to_thread.run_sync(fn)
-                    if new != marker:
-                        marker = new
-                        break
+            # sleep until a local event (task added here, agent exited, command), a change made by
+            # another process (the store watcher wakes us), a headroom reading that changes a
+            # decision (housekeeping wakes us), or the earliest time-based gate opens (a backoff,
+            # a rate-limit reset, the budget's new day)
+            timeout = PLAN_TICK_S
+            due = self.planner.next_at()
+            if due is not None:
+                timeout = min(timeout, max(0.0, due - self.clock()) + 0.05)
+            with anyio.move_on_after(timeout):
+                await self._wake.wait()
         # stopping: wait for runners to finish when they were told to stop
         if not self._leave_running:
             for r in list(self.runners.values()):
@@ -310,23 +343,30 @@ class Engine(Controller):
             while self.runners:
                 await next(iter(self.runners.values())).done.wait()
 
+    async def _store_watch_loop(self) -> None:
+        """The engine's one wake-up from the store: another process committed (a task added by
+        the CLI, a command, an answer, a peer's claim) -> plan again, look at commands."""
+        token = await anyio.to_thread.run_sync(self.store.change_token)
+        while True:
+            new = await changed(self.store, token, IDLE_WAIT_S)
+            if new != token:
+                token = new
+                self._commands_due.set()
+                self.wake()
+
     async def _nothing_startable(self) -> bool:
         """True when nothing can change without a person or an outside event: no queued task can
         start now, and none waits on a time. Headroom gates (load, memory, disk) are transient
         and time-based waits (a retry's backoff, a rate-limit reset, the daily budget's new day)
         end by themselves, so ``--until-idle`` sits them out (up to ``max_wait``, if given);
         what is left waits on a person, a parked dependency, or tags this host lacks."""
-        decisions = await self._plan()
+        decisions = await self.plan()
         self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
-        if any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions):
-            return False
-        now = self.clock()
-        timed = [d.retry_at for _, d in decisions if d.retry_at is not None and not d.ok]
-        if timed:
-            soonest = min(timed)
-            if self.max_wait is None or soonest - now <= self.max_wait:
-                return False
+        idle, left = settled(decisions, self.clock(), self.max_wait)
+        if left:
             self.left_time_waits = True
+        if not idle:
+            return False
         # tasks still marked running under a dead engine come back once its lease expires:
         # someone has to be there to reclaim them
         orphans = await anyio.to_thread.run_sync(
@@ -335,60 +375,24 @@ class Engine(Controller):
         return not [t for t in orphans if t.owner != self.owner]
 
     def gate_config(self) -> GateConfig:
-        c = self.cfg
-        return GateConfig(
-            max_concurrent=c.max_concurrent,
-            rate_limit_threshold=c.rate_limit_threshold,
-            max_load_per_core=c.max_load_per_core,
-            mem_floor_bytes=int(c.mem_floor_gib * GIB),
-            disk_floor_bytes=int(c.disk_floor_gib * GIB),
-            budget_usd_daily=c.budget_usd_daily,
-        )
+        return self.planner.gate_config()
 
-    async def _plan(self, admitting: bool = False) -> list[tuple[Task, Any]]:
-        def work() -> list[tuple[Task, Any]]:
-            now = self.clock()
-            tasks = self.store.list_tasks(TaskStatus.QUEUED)
-            held: dict[str, str] = {}
-            for t in tasks:
-                if not t.spec.depends_on:
-                    continue
-                waiting = [d.name for d in self.store.dependencies(t.id) if d.status != TaskStatus.DONE]
-                if waiting:
-                    held[t.id] = "after " + ", ".join(waiting)
-            inp = GateInputs(
-                paused=self.store.get_setting("fleet_paused") == "1",
-                running=len(self.runners),
-                headroom=self._headroom or read_headroom(self.home),
-                now=now,
-                rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
-                host_tags=self.tags,
-                spent_today=self.store.spent_since(midnight(now)),
-            )
-            return plan(
-                tasks,
-                self.gate_config(),
-                inp,
-                self.mem,
-                default_coder=self.cfg.default_coder,
-                held=held,
-                account_of=lambda t, c: account_of(c, t.model or t.spec.model),
-                note_starting=not admitting,  # what it admits starts now: its slots are taken
-            )
-
-        return await anyio.to_thread.run_sync(work)
+    async def plan(self, admitting: bool = False) -> Plan:
+        """Every queued task with its admission decision here, now (``fleet-tui plan``); starts
+        nothing. Reads the store only when something changed since the last plan."""
+        return await anyio.to_thread.run_sync(self.planner.plan, admitting)
 
     async def _admit(self) -> bool:
         if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
             return False
-        decisions = await self._plan(admitting=True)
-        changed = {
-            t.id: (None if d.ok else d.reason)
-            for t, d in decisions
-            if (None if d.ok else d.reason) != t.waiting
-        }
+        decisions = await self.plan(admitting=True)
+        if decisions is self._admitted:
+            return False  # the very plan admitted last time (nothing moved): nothing new to do
+        self._admitted = decisions
+        changed = self.planner.waiting_changes(decisions)
         if changed:
             await anyio.to_thread.run_sync(self.store.set_waiting, changed)
+            self.planner.recorded(changed)
         started = False
         for t, d in decisions:
             if not d.ok or len(self.runners) >= self.cfg.max_concurrent or self._stopping:
@@ -407,7 +411,9 @@ class Engine(Controller):
                 )
             )
             if task is None:
-                continue  # another engine took it, or it changed
+                self.planner.invalidate()  # another engine took it, or it changed: read again
+                continue
+            self.planner.claimed(task.id)
             started = True
             await self._start(task)
         return started
@@ -580,9 +586,12 @@ class Engine(Controller):
             await anyio.to_thread.run_sync(self.clock.refresh)
         if first:
             await self._renew_leases()
-        elif self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0:
+        elif self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0 and self._others_active():
             await self._adopt_orphans()
+        before = self.planner.headroom_key(self._headroom)
         self._headroom = await anyio.to_thread.run_sync(self._read_headroom)
+        if self.planner.headroom_key(self._headroom) != before:
+            self._wake.set()  # plan again (from what the planner holds: no store read)
         # agent memory (each tree a walk of /proc): a new agent at once, then every 5 s
         running = [
             (r, r.runner.shim_pid)
@@ -600,6 +609,39 @@ class Engine(Controller):
         if self._hk_n % 60 == 0:
             await anyio.to_thread.run_sync(self.store.maintenance)
 
+    def _host_row(self, now: float) -> Host:
+        h = self._headroom
+        return Host(
+            name=self.host,
+            heartbeat=now,
+            cores=h.cores if h else 0,
+            load=h.load_per_core if h else None,
+            mem_available=h.mem_available if h else None,
+            disk_free=h.disk_free if h else None,
+            running=len(self.runners),
+            tags=self.tags,
+            version=__version__,
+        )
+
+    def _others_active(self) -> bool:
+        """A task runs under another engine (by the latest snapshot, rebuilt on every change):
+        only then can an orphan appear without a change in the store (its engine dies)."""
+        return any(
+            t.owner not in (None, self.owner)
+            and (t.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING) or t.paused_running)
+            for t in self._snapshot.tasks
+        )
+
+    def _snapshot_stale(self, now: float) -> bool:
+        """The snapshot must be built from the store again: something changed since the last
+        build, agents run here (their figures move), or it shows something that changes with
+        time alone (a rate-limit hold, another host) and a minute passed."""
+        if self.generation != self._snap_generation or self.runners:
+            return True
+        snap = self._snapshot
+        timed = bool(snap.gauges.rate_holds) or any(h.name != self.host for h in snap.hosts)
+        return timed and now - self._snap_at >= 60.0
+
     async def _refresh_snapshot(self) -> None:
         # the pulse for sparklines (scheduler/series.py), taken on the loop where runners change
         pulse = [
@@ -613,24 +655,36 @@ class Engine(Controller):
         ]
         self.series.observe(self.clock(), len(pulse), pulse)
         mem, source = self.mem.estimate_with_source(self.cfg.default_coder)
+        full = self._snapshot_stale(self.clock())
+        if full:
+            self._snap_generation, self._snap_at = self.generation, self.clock()
+
+        # the host row and the pulse: each second while something happens, every heartbeat
+        # while nothing does (each write wakes every other engine and cockpit on the store)
+        report = full or time.monotonic() - self._reported_at >= self.cfg.heartbeat_s
+        if report:
+            self._reported_at = time.monotonic()
 
         def work() -> Snapshot:
             now = self.clock()
-            self.series.save(self.store, now)
             h = self._headroom
-            self.store.upsert_host(
-                Host(
-                    name=self.host,
-                    heartbeat=now,
-                    cores=h.cores if h else 0,
-                    load=h.load_per_core if h else None,
+            if report:
+                self.series.save(self.store, now)
+                self.store.upsert_host(self._host_row(now))
+            if not full:  # nothing changed: the machine's figures and the pulse, no store read
+                g = dataclasses.replace(
+                    self._snapshot.gauges,
+                    load_per_core=h.load_per_core if h else None,
                     mem_available=h.mem_available if h else None,
                     disk_free=h.disk_free if h else None,
-                    running=len(self.runners),
-                    tags=self.tags,
-                    version=__version__,
+                    agent_mem=mem,
+                    agent_mem_measured=source == "measured",
                 )
-            )
+                own = series_window(self.series.series(now), now)
+                pulse = (*(x for x in self._snapshot.series if x.host != self.host), own)
+                return dataclasses.replace(
+                    self._snapshot, taken_at=now, gauges=g, series=tuple(sorted(pulse, key=lambda x: x.host))
+                )
             return build_snapshot(
                 self.store,
                 self.cfg,
@@ -644,7 +698,12 @@ class Engine(Controller):
             )
 
         prev = self._snapshot
-        snap, moved = carry_over(prev, await anyio.to_thread.run_sync(work))
+        built = await anyio.to_thread.run_sync(work)
+        if not full:
+            self._snapshot = built
+            self.bus.publish([GaugesChanged(built.gauges)])
+            return
+        snap, moved = carry_over(prev, built)
         self._snapshot = snap
         changed = [TaskChanged(t) for t in moved]
         oldq = {q.id for q in getattr(self, "_last_questions", ())}
@@ -655,6 +714,9 @@ class Engine(Controller):
     # -- commands -----------------------------------------------------------------------------
     async def _command_loop(self) -> None:
         while True:
+            # commands come from other processes: their commit moves the store's change token and
+            # the store watcher sets this (a minute's timeout covers a lost wake-up)
+            self._commands_due = anyio.Event()
             cmds = await anyio.to_thread.run_sync(self.store.pending_commands, self.owner)
             for c in cmds:
                 # shielded: an engine going idle (run --until-idle) must still answer the command
@@ -664,7 +726,10 @@ class Engine(Controller):
                     await anyio.to_thread.run_sync(
                         self.store.finish_command, c.id, "done" if res.ok else "failed", res.message
                     )
-            await anyio.sleep(0.1)
+            if cmds:
+                self.wake()
+            with anyio.move_on_after(60.0):
+                await self._commands_due.wait()
 
     async def _command_agent(self, verb: str, tid: str) -> CommandResult:
         r = self.runners.get(tid)
@@ -700,6 +765,7 @@ class Engine(Controller):
     async def pause(self, ref: str | None) -> CommandResult:
         if ref is None:
             res = await super().pause(None)
+            self.wake()
             await self._refresh_snapshot()
             return res
         return await self._routed(ref, "pause", super().pause)
@@ -719,6 +785,7 @@ class Engine(Controller):
 
     async def answer(self, question_id: str, text: str) -> CommandResult:
         res = await super().answer(question_id, text)
+        self.generation += 1  # the snapshot reads questions again
         await self._refresh_snapshot()
         return res
 

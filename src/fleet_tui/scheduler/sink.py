@@ -36,6 +36,7 @@ class AttemptSink:
         rate_limits: RateLimitBook,
         publish: Callable[[list[EngineEvent]], None],
         publish_task: Callable[[Task], None],
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -44,6 +45,7 @@ class AttemptSink:
         self.rate_limits = rate_limits
         self._publish = publish
         self._publish_task = publish_task
+        self._wake = wake  # the planner reads rate limits: a new reading means plan again
 
     async def take(self, tid: str, n: int, events: list[Event], offset: int) -> None:
         """Events of attempt ``n`` of task ``tid`` (and how far its stdout was read)."""
@@ -63,6 +65,7 @@ class AttemptSink:
         for e in events:
             if e.rate_limit is not None:
                 await self.rate_limits.observed(e.rate_limit, r.account)
+                self._wake()
         await self._usage(r, tid, n)
 
     async def _usage(self, r: Running, tid: str, n: int) -> None:

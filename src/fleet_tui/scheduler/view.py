@@ -1,9 +1,10 @@
 """A read-and-command view of a store whose engine runs elsewhere (``fleet-tui --attach``).
 
 It implements the same EngineAPI as the engine, so the cockpit cannot tell the difference: the
-snapshot is rebuilt from the store about once a second, new events of live tasks are polled and
-published in batches, and commands go through the store (the ``commands`` table reaches the
-engine that owns a task). It runs no agent and holds no process.
+snapshot is rebuilt from the store when it changed (at most once a second, and every 5 s), new
+events of live tasks are read as soon as the store's change token moves and published in
+batches, and commands go through the store (the ``commands`` table reaches the engine that owns
+a task). It runs no agent and holds no process.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from fleet_tui.scheduler.model import (
 from fleet_tui.scheduler.policy.gate import REJECTED_HOLD_S
 from fleet_tui.scheduler.policy.headroom import GIB, MemoryModel
 from fleet_tui.scheduler.states import ACTIVE
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.protocol import Store
 
 
@@ -258,14 +260,26 @@ class AttachedView(Controller):
             self.bus.publish([AgentEvent(e) for e in evs])
 
     async def run(self) -> None:
-        """Keep the view fresh until ``shutdown``."""
-        n = 0
+        """Keep the view fresh until ``shutdown``: new events as soon as an engine commits them
+        (the store's change token wakes the view: store/changes.py), the snapshot at most once a
+        second while things change, and every 5 s regardless (whether an engine still lives is
+        a matter of time). Nothing is read while nothing changes in between."""
+        token = await anyio.to_thread.run_sync(self.store.change_token)
+        moved, owed, refreshed, polled = True, True, float("-inf"), float("-inf")
         while not self._stop:
-            if n % 5 == 0:
+            now = time.monotonic()
+            if (owed and now - refreshed >= 1.0) or now - refreshed >= 5.0:
                 await self.refresh()
-            await self.poll_events()
-            n += 1
-            await anyio.sleep(0.2)
+                owed, refreshed = False, time.monotonic()
+            if moved:  # at most ten reads a second while agents stream (batches, not a read each)
+                await anyio.sleep(max(0.0, polled + 0.1 - time.monotonic()))
+                await self.poll_events()
+                polled = time.monotonic()
+            since = time.monotonic() - refreshed
+            timeout = min(1.0, max(0.05, (1.0 if owed else 5.0) - since))
+            new = await changed(self.store, token, timeout)
+            moved, token = new != token, new
+            owed = owed or moved
         self.bus.close()
 
     async def shutdown(self, leave_running: bool) -> None:

@@ -20,7 +20,7 @@ A rate limit holds every call until the reset GitHub announced; errors are kept 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -127,17 +127,31 @@ async def watch(
     poll_s: Callable[[], float],
     notice: Callable[[str], None],
     publish: Callable[[Task], None],
+    generation: Callable[[], int | None] = lambda: None,
+    tasks: Callable[[], Sequence[Task]] = tuple,
 ) -> None:
     """An engine's GitHub loop (runs until cancelled; never raises): owed comments every few
-    seconds, open pull requests every ``poll_s()``; tasks it moved go to ``publish``."""
+    seconds, open pull requests every ``poll_s()``; tasks it moved go to ``publish``.
+    ``generation`` is the engine's change generation (None: unknown, every round reads the
+    store) and ``tasks`` its snapshot's tasks (is any linked to GitHub?)."""
     last_poll = float("-inf")
     hold_until = 0.0
+    # the engine's change generation at the last round: without a change since, only linked
+    # tasks' pull requests (polled every github_poll_s) need a round; owed comments follow changes
+    seen = generation()
     while True:
         await anyio.sleep(min(COMMENT_TICK_S, poll_s()))
         now = clock()
         if now < hold_until:
             continue
         poll = now - last_poll >= poll_s()
+        gen = generation()
+        if gen is not None and gen == seen:
+            if not poll:
+                continue  # nothing changed, no poll due: no store read
+            if not any(is_linked(t.spec) for t in tasks()):
+                last_poll = now  # no pull request to poll
+                continue
         try:
             changed = await anyio.to_thread.run_sync(tick, store, now, actor, poll)
         except RateLimited as e:
@@ -146,6 +160,7 @@ async def watch(
         except Exception as e:  # a store hiccup must not stop the engine
             notice(f"GitHub poll failed: {e}")
             continue
+        seen = gen
         if poll:
             last_poll = now
         for t in changed:

@@ -48,13 +48,15 @@ from fleet_tui.scheduler.humans.mcp_stdio import (
     TOOL_TITLE,
 )
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.opener import open_store
 from fleet_tui.scheduler.store.protocol import Store, StoreError
 
 log = logging.getLogger("fleet_tui.mcp_ask_human")
 
-#: how often the store is read while waiting for an answer
-POLL_S = 0.25
+#: the longest wait between two reads of the question: an answer wakes the server at once
+#: through the store's change token (store/changes.py), this only bounds a lost wake-up
+POLL_S = 5.0
 #: how often the task's state is checked (a stopped task cancels its question)
 TASK_CHECK_S = 2.0
 #: how often a progress notification is sent while waiting (when the client asked for progress)
@@ -285,6 +287,7 @@ class Asker:
         deadline = start + env.timeout_s
         next_task_check = start  # check at once: a question of a stopped task is cancelled
         next_progress = start + self.progress_s
+        token = await anyio.to_thread.run_sync(store.change_token)
         while True:
             q = await anyio.to_thread.run_sync(store.get_question, qid)
             if q is None:
@@ -313,7 +316,12 @@ class Asker:
                     await progress(now - start, f"waiting for a person to answer question {qid}")
                 except Exception as e:  # progress is best effort; the answer is what matters
                     log.debug("progress notification failed: %s", e)
-            await anyio.sleep(max(0.0, min(self.poll_s, deadline - now)))
+            # the answer is another process's commit: the store's change token wakes us at once
+            # (store/changes.py); the timeout is for the task check, progress and the deadline
+            due = min(self.poll_s, deadline - now, next_task_check - now)
+            if progress is not None:
+                due = min(due, next_progress - now)
+            token = await changed(store, token, max(0.0, due))
 
     async def _task_stopped(self, store: Store) -> bool:
         """The task is gone, finished, parked, or a newer attempt runs: nobody needs the answer."""

@@ -86,6 +86,23 @@ class GateInputs:
     )
     host_tags: frozenset[str] | tuple[str, ...] = ()
     spent_today: float = 0.0
+    #: load this fleet's own agents put on the machine (the engine's running agents), taken off
+    #: the load average before the load gate compares it (see ``effective_load``)
+    own_load: float = 0.0
+
+
+def effective_load(hr: Headroom, own_load: float) -> float | None:
+    """Load per core with this fleet's own agents taken off: ``max(0, load1 - own) / cores``.
+
+    An agent that runs keeps about one process runnable, so each of this engine's running
+    agents counts one unit of the 1-minute load average; what is left is everybody else's. The
+    fleet must not hold itself back: without this, agents that keep the load up stop the next
+    ones, and several engines on one machine hold each other off for good."""
+    if hr.load_per_core is None:
+        return None
+    if hr.cores <= 0 or own_load <= 0:
+        return hr.load_per_core
+    return max(0.0, hr.load_per_core - own_load / hr.cores)
 
 
 def hhmm(ts: float) -> str:
@@ -171,11 +188,17 @@ def decide(
     if rate is not None:
         return rate
     hr = inp.headroom
-    if hr.load_per_core is None:
+    load = effective_load(hr, inp.own_load)
+    if load is None:  # an unknown reading is never plenty, not even for a first agent
         return Decision(False, "load reading unknown")
-    if hr.load_per_core > cfg.max_load_per_core:
-        shown = _ratio(hr.load_per_core, cfg.max_load_per_core)
-        return Decision(False, f"load {shown}/core > {_limit(cfg.max_load_per_core)}")
+    # on a busy machine the load gate never stops the first agent: with none of this engine's
+    # running, one may start (memory and disk still hold); it holds back the second and later
+    if inp.running > 0 and load > cfg.max_load_per_core:
+        shown = _ratio(load, cfg.max_load_per_core)
+        return Decision(
+            False,
+            f"load {shown}/core > {_limit(cfg.max_load_per_core)}: one agent at a time until it drops",
+        )
     if hr.mem_available is None:
         return Decision(False, "memory reading unknown")
     need = mem.estimate(coder)
@@ -232,6 +255,10 @@ def plan(
     held = held or {}
     state = inp
     out: list[tuple[Task, Decision]] = []
+    # tasks alike (coder, account, tags) get the same decision from the same state: decide
+    # once per kind and state, so a long queue of look-alikes costs little
+    stage = 0
+    seen: dict[tuple[object, ...], Decision] = {}
     for task in sorted((t for t in tasks if t.status == TaskStatus.QUEUED), key=claim_order):
         if task.id in held:
             out.append((task, Decision(False, held[task.id])))
@@ -248,7 +275,9 @@ def plan(
             continue
         coder = resolve_coder(task, default_coder)
         account = account_of(task, coder) if account_of is not None else coder
-        decision = decide(task, coder, cfg, state, mem, account)
+        kind = (stage, coder, account, tuple(task.spec.requires))
+        decision = seen.get(kind) or decide(task, coder, cfg, state, mem, account)
+        seen[kind] = decision
         if (
             note_starting
             and not decision.ok
@@ -268,4 +297,5 @@ def plan(
             if hr.mem_available is not None:
                 hr = dataclasses.replace(hr, mem_available=hr.mem_available - mem.estimate(coder))
             state = dataclasses.replace(state, running=state.running + 1, headroom=hr)
+            stage += 1
     return out

@@ -8,10 +8,14 @@ Split from ``postgres_store`` so that module holds only the Store contract's que
   a statement changed rows, so peers wake up; errors become StoreErrors naming the URL;
 * opening: connect (clear errors for refused / auth / missing database), pick the schema, and
   migrate under an advisory lock so two processes starting at once don't race;
-* ``change_marker()``: drains a dedicated LISTEN connection without blocking and counts
-  notifications from other sessions. NOTIFY is a wake-up only: the marker also moves every
-  ``fallback_s`` seconds and whenever the listener had to reconnect, so a lost notification
-  delays a peer's reaction but never hides a change.
+* ``change_token()`` / ``wait_for_change()`` (changes.py): one thread blocks on a dedicated
+  LISTEN connection and moves the token for each notification from another session: a real
+  event, no polling. NOTIFY is a wake-up only: the token also moves every ``fallback_s``
+  seconds and whenever the listener had to reconnect, so a lost notification delays a peer's
+  reaction but never hides a change. (A NOTIFY is lost only when a writer dies between its
+  commit and the NOTIFY, or the listener's connection drops, which moves the token by itself:
+  so the fallback is rare insurance, 30 s by default, not a poll.) ``change_marker()`` is the
+  same without the thread (drains the listener without blocking), for callers that poll.
 * every session sets ``idle_in_transaction_session_timeout``: a host that dies, freezes or loses
   its network inside a transaction would otherwise keep its row locks until the server's TCP
   keepalive notices (two hours by default), and every peer's take-over of its tasks (and every
@@ -32,6 +36,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from fleet_tui.scheduler.store import postgres_schema as ps
+from fleet_tui.scheduler.store.changes import ChangeWatcher
 from fleet_tui.scheduler.store.notify_store import SQL_TABLE as NOTIFY_TABLE
 from fleet_tui.scheduler.store.notify_store import PgNotifications
 from fleet_tui.scheduler.store.protocol import StoreError
@@ -144,7 +149,7 @@ class PgBase(PgNotifications):
         *,
         schema: str | None = None,
         pool_size: int = 8,
-        fallback_s: float | None = 3.0,
+        fallback_s: float | None = 30.0,
         connect_timeout_s: int = 10,
         idle_tx_timeout_s: float | None = IDLE_TX_TIMEOUT_S,
     ) -> None:
@@ -160,6 +165,7 @@ class PgBase(PgNotifications):
         self._listener: Conn | None = None
         self._listen_lock = threading.Lock()
         self._listen_retry_at = 0.0
+        self._changes: ChangeWatcher | None = None
         first = self._raw_connect()
         try:
             if not self.schema:
@@ -347,6 +353,9 @@ class PgBase(PgNotifications):
 
     def change_marker(self) -> int:
         """Moves when another session committed a change here (NOTIFY), and every ``fallback_s``."""
+        if self._changes is not None:  # the watcher thread owns the listener now
+            bucket = int(time.monotonic() // self._fallback_s) if self._fallback_s else 0
+            return self._changes.token() + bucket
         with self._listen_lock:
             lst = self._listener
             if lst is None or lst.closed or lst.broken:
@@ -368,6 +377,57 @@ class PgBase(PgNotifications):
             bucket = int(time.monotonic() // self._fallback_s) if self._fallback_s else 0
             return self._notes + bucket
 
+    def change_token(self) -> int:
+        """Moves when another session committed here since (NOTIFY); see ``wait_for_change``."""
+        return self._watcher().token()
+
+    def wait_for_change(self, token: int, timeout: float) -> int:
+        """Block until the change token differs from ``token``, at most ``timeout`` seconds."""
+        return self._watcher().wait(token, timeout)
+
+    def _watcher(self) -> ChangeWatcher:
+        with self._listen_lock:
+            if self._changes is None:
+                due = [time.monotonic() + (self._fallback_s or 0.0)]
+
+                def step(timeout: float) -> bool:
+                    now = time.monotonic()
+                    if self._fallback_s and now >= due[0]:
+                        due[0] = now + self._fallback_s
+                        return True
+                    if self._fallback_s:
+                        timeout = min(timeout, due[0] - now)
+                    return self._listen(timeout)
+
+                self._changes = ChangeWatcher(step, period_s=1.0, name=f"changes {self.schema}")
+            return self._changes
+
+    def _listen(self, timeout: float) -> bool:
+        """Block on the LISTEN connection up to ``timeout``: True for another session's NOTIFY on
+        this schema, or when the listener had to be replaced (we may have missed one)."""
+        lst = self._listener
+        if lst is None or lst.closed or lst.broken:
+            if lst is not None:
+                lst.close()
+                self._listener = None
+            wait = self._listen_retry_at - time.monotonic()
+            if wait > 0:
+                time.sleep(min(wait, timeout))
+                return False
+            self._start_listener()
+            return self._listener is not None
+        got = False
+        try:
+            for n in lst.notifies(timeout=max(0.0, timeout), stop_after=1):
+                got = got or (n.payload == self.schema and n.pid not in self._pool.pids)
+            for n in lst.notifies(timeout=0):  # the rest of a burst, at once
+                got = got or (n.payload == self.schema and n.pid not in self._pool.pids)
+        except psycopg.Error:
+            lst.close()
+            self._listener = None
+            return True
+        return got
+
     def clock_offset(self) -> float:
         """The server's clock minus this host's, in seconds (storeclock.py): leases and heartbeats
         are judged by the server's clock, so hosts whose clocks differ agree on them."""
@@ -380,6 +440,8 @@ class PgBase(PgNotifications):
         """Nothing periodic: autovacuum keeps PostgreSQL's tables in shape."""
 
     def close(self) -> None:
+        if self._changes is not None:
+            self._changes.close()
         with self._listen_lock:
             if self._listener is not None:
                 self._listener.close()

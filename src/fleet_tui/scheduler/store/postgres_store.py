@@ -78,7 +78,7 @@ def _sets(fields: dict[str, Any], writable: frozenset[str], what: str) -> tuple[
 class PostgresStore(PgBase):
     """The Store contract on PostgreSQL (see ``store.Store`` for each method's meaning).
 
-    ``PostgresStore(url, schema=None, pool_size=8, fallback_s=3.0)``: see ``PgBase``.
+    ``PostgresStore(url, schema=None, pool_size=8, fallback_s=30.0)``: see ``PgBase``.
     """
 
     _TASK_SELECT = (
@@ -241,6 +241,23 @@ class PostgresStore(PgBase):
             (task_id,),
         )
         return [self._task(r) for r in rows]
+
+    def queued_stamps(self) -> dict[str, tuple[Any, ...]]:
+        rows = self._all(
+            "SELECT id, updated_at, attempt, not_before, priority, requires, spec_coder, spec_model,"
+            " coder, model, length(spec) FROM tasks WHERE status = 'queued'"
+        )
+        return {str(t[0]): t[1:] for t in (tuple(r.values()) for r in rows)}
+
+    def unfinished_dependencies(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in self._all(
+            "SELECT d.task_id AS task_id, u.name AS name FROM deps d JOIN tasks q ON q.id = d.task_id"
+            " JOIN tasks u ON u.id = d.dep_id WHERE q.status = 'queued' AND u.status <> 'done'"
+            " ORDER BY u.seqno"
+        ):
+            out.setdefault(str(r["task_id"]), []).append(str(r["name"]))
+        return out
 
     def claim(
         self,

@@ -194,6 +194,18 @@ class Store(Protocol):
         """The tasks this task depends on."""
         ...
 
+    def unfinished_dependencies(self) -> dict[str, list[str]]:
+        """For every queued task with dependencies not done: their names (in queue order), in one
+        query; queued tasks whose dependencies are all done are left out. (The planner's batch
+        form of ``dependencies``.)"""
+        ...
+
+    def queued_stamps(self) -> dict[str, tuple[Any, ...]]:
+        """Every queued task's id and a stamp that changes whenever the task changes in a way
+        planning sees (a transition, a claim's attempt, an edit, not_before): the planner
+        re-reads only the tasks whose stamp moved, not the whole queue."""
+        ...
+
     def set_waiting(self, reasons: dict[str, str | None]) -> None:
         """Record why queued tasks wait (the gate's first failing reason), None to clear."""
         ...
@@ -384,6 +396,17 @@ class Store(Protocol):
     def finish_notification(self, key: str, status: str, detail: str | None, now: float) -> None: ...
 
     def notification_stats(self) -> NotifyStats: ...
+
+    # change notification (changes.py): one wake-up source for every waiter in a process
+    def change_token(self) -> int:
+        """A number that moves when another connection (process, host) committed a change to
+        this store; this store's own commits never move it (whoever wrote knows)."""
+        ...
+
+    def wait_for_change(self, token: int, timeout: float) -> int:
+        """Block until the change token differs from ``token`` or ``timeout`` seconds passed;
+        returns the token then. One watcher thread per store serves every waiter."""
+        ...
 
     def close(self) -> None: ...
 

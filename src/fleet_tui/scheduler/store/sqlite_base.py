@@ -11,12 +11,14 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
 from fleet_tui.scheduler.model import Command, Host, Question, RateLimit, TaskSpec
+from fleet_tui.scheduler.store.changes import ChangeWatcher, FolderWatch
 from fleet_tui.scheduler.store.notify_store import SQL_TABLE as NOTIFY_TABLE
 from fleet_tui.scheduler.store.notify_store import SqliteNotifications
 from fleet_tui.scheduler.store.protocol import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
@@ -171,6 +173,7 @@ class SqliteBase(SqliteNotifications):
                 "Use a local --home, or a PostgreSQL store (--store postgresql://...)"
             )
         self._lock = threading.RLock()
+        self._changes: ChangeWatcher | None = None
         self._specs: dict[str, TaskSpec] = {}
         self._spec_texts: dict[str, str] = {}
         try:
@@ -482,6 +485,43 @@ class SqliteBase(SqliteNotifications):
         with self._lock:
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
+    # -- change notification (changes.py) --------------------------------------------------------
+    def change_token(self) -> int:
+        """Moves when another connection (process) committed here since; see ``wait_for_change``."""
+        return self._watcher().token()
+
+    def wait_for_change(self, token: int, timeout: float) -> int:
+        """Block until the change token differs from ``token``, at most ``timeout`` seconds."""
+        return self._watcher().wait(token, timeout)
+
+    def _watcher(self) -> ChangeWatcher:
+        """The store's one watcher thread: inotify on the folder wakes it when a commit writes
+        the ``-wal`` (or the file), then ``data_version`` says whether another connection
+        committed; without inotify, ``data_version`` four times a second."""
+        with self._lock:
+            if self._changes is not None:
+                return self._changes
+            base = os.path.basename(self.path)
+            fw = FolderWatch.open(os.path.dirname(os.path.abspath(self.path)), (base, base + "-wal"))
+            last = [self.change_marker()]
+
+            def step(timeout: float) -> bool:
+                if fw is not None:
+                    fw.wait(timeout)
+                else:
+                    time.sleep(timeout)
+                now = self.change_marker()
+                moved, last[0] = now != last[0], now
+                return moved
+
+            self._changes = ChangeWatcher(
+                step,
+                period_s=5.0 if fw else 0.25,
+                name=f"changes {base}",
+                cleanup=fw.close if fw is not None else None,
+            )
+            return self._changes
+
     def maintenance(self) -> None:
         with self._lock:
             try:
@@ -490,5 +530,7 @@ class SqliteBase(SqliteNotifications):
                 pass  # a busy checkpoint is retried on the next tick
 
     def close(self) -> None:
+        if self._changes is not None:
+            self._changes.close()
         with self._lock:
             self._db.close()

@@ -180,6 +180,23 @@ class SqliteStore(SqliteBase):
         )
         return [self._task(r) for r in rows]
 
+    def queued_stamps(self) -> dict[str, tuple[Any, ...]]:
+        rows = self._q(
+            "SELECT id, updated_at, attempt, not_before, priority, requires, spec_coder, spec_model,"
+            " coder, model, length(spec) FROM tasks WHERE status = 'queued'"
+        )
+        return {str(t[0]): t[1:] for t in (tuple(r) for r in rows)}
+
+    def unfinished_dependencies(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in self._q(
+            "SELECT d.task_id, u.name FROM deps d JOIN tasks q ON q.id = d.task_id"
+            " JOIN tasks u ON u.id = d.dep_id WHERE q.status = 'queued' AND u.status != 'done'"
+            " ORDER BY u.seqno"
+        ):
+            out.setdefault(r[0], []).append(r[1])
+        return out
+
     def claim(
         self,
         owner: str,

@@ -1,0 +1,78 @@
+"""Idle engine CPU: `fleet-tui run` with nothing to do, measured from /proc over a window.
+
+Two cases, each against its goal (issue 14) and a bare idle Python process measured in the
+same run (``python -c "import time; time.sleep(...)"``):
+
+* an empty home (goal: <= 0.3 % of a core);
+* 10,000 queued tasks that cannot start (they need a tag this host lacks; goal: <= 1 %).
+
+Prints CPU % of one core and the ratio to the goal (<= 1.0 meets it).
+Usage: python bench/bench_idle.py [SECONDS] [QUEUED]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLEET = [sys.executable, "-m", "fleet_tui"]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and its reaped children, in seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / TICK
+
+
+def measure(cmd: list[str], env: dict[str, str], warmup: float, window: float) -> float:
+    """CPU % of one core that ``cmd`` uses over ``window`` seconds after ``warmup``."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(warmup)
+        if proc.poll() is not None:
+            raise SystemExit(f"{cmd} exited early ({proc.returncode})")
+        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        time.sleep(window)
+        c1, t1 = cpu_seconds(proc.pid), time.monotonic()
+        return 100.0 * (c1 - c0) / (t1 - t0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main() -> None:
+    window = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
+    queued = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        bare = measure([sys.executable, "-c", "import time; time.sleep(1e6)"], dict(os.environ), 2.0, window)
+
+        empty = tmp / "empty"
+        empty.mkdir()
+        env = dict(os.environ, FLEET_HOME=str(empty))
+        idle = measure([*FLEET, "run", "-q"], env, 5.0, window)
+
+        full = tmp / "full"
+        full.mkdir()
+        lines = ["[defaults]", 'coder = "shell"', 'command = "true"', 'requires = ["no-such-tag"]', ""]
+        for i in range(queued):
+            lines += ["[[task]]", f'name = "q{i:05d}"', 'prompt = "x"', ""]
+        (tmp / "t.toml").write_text("\n".join(lines))
+        env = dict(os.environ, FLEET_HOME=str(full))
+        subprocess.run([*FLEET, "load", str(tmp / "t.toml")], check=True, env=env, capture_output=True)
+        busy = measure([*FLEET, "run", "-q"], env, 10.0, window)
+
+    print(f"window {window:.0f} s per case")
+    print(f"bare idle python          : {bare:6.2f} % of a core")
+    print(f"run, empty home           : {idle:6.2f} %  ratio to goal 0.3 %: {idle / 0.3:6.2f}")
+    print(f"run, {queued} queued held : {busy:6.2f} %  ratio to goal 1 %  : {busy / 1.0:6.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Planning in proportion to change: which queued tasks may start here, and when to look again.
+
+The engine used to list every queued task and ask the store for each one's dependencies on every
+wake-up (and at least once a second), so a 10,000-task queue that could not start kept a core
+busy and a long chain crawled. The ``Planner`` keeps what it read and reads again only what
+moved:
+
+* the queue: ``queued_stamps()`` (one light query) says which queued tasks changed since the last
+  read; only those are fetched again (the whole queue when most of it moved);
+* dependencies: one batch query (``unfinished_dependencies``) per read, never one per task;
+* pause flag, rate limits and today's spend: one query each per read.
+
+It reads the store only when the store's change token moved (another process committed), when
+the engine said something changed here (``invalidate``), or when the day turned (the budget).
+Between reads the decisions themselves are kept too, and computed again only when an input
+changed: the number of running agents, the config, the machine's headroom as the reasons show
+it, or the clock passed the earliest time-based gate (``next_at``: a backoff's ``not_before``,
+a rate-limit reset, the budget's new day). So an idle engine does no store reads at all.
+
+The Planner is synchronous (store calls): the engine calls it through ``anyio.to_thread``. It
+takes what it needs as values and callables, never the Engine.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from fleet_tui.coders.base import account_of
+from fleet_tui.config import Config
+from fleet_tui.scheduler.model import Decision, RateLimit, Task
+from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, plan
+from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
+from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.protocol import Store
+
+#: gate reasons that clear by themselves as agents finish
+TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
+
+#: above this many changed queued tasks, one listing of the queue beats fetching them one by one
+REFETCH_ONE_BY_ONE = 64
+
+Plan = list[tuple[Task, Decision]]
+
+
+def gate_config(c: Config) -> GateConfig:
+    """The gate's limits from the config."""
+    return GateConfig(
+        max_concurrent=c.max_concurrent,
+        rate_limit_threshold=c.rate_limit_threshold,
+        max_load_per_core=c.max_load_per_core,
+        mem_floor_bytes=int(c.mem_floor_gib * GIB),
+        disk_floor_bytes=int(c.disk_floor_gib * GIB),
+        budget_usd_daily=c.budget_usd_daily,
+    )
+
+
+def headroom_key(h: Headroom | None, cfg: GateConfig, need: int, free_slots: int) -> tuple[Any, ...]:
+    """The headroom as far as it can change a decision or a reason: the load as the reasons show
+    it (to 0.01 per core; the kernel moves it every 5 s; not at all while no agent runs here,
+    when the load gate lets the first one start anyway), memory and disk exactly when they are
+    within 0.1 GiB of a floor (``need``: the largest agent's estimate, once per free slot), and
+    only "plenty" otherwise. A reading that would change nothing does not plan again."""
+    if h is None:
+        return (None,)
+    tenth = GIB // 10
+    mem: Any = h.mem_available
+    if mem is not None and mem - need * (free_slots + 1) - cfg.mem_floor_bytes > tenth:
+        mem = "plenty"
+    disk: Any = h.disk_free
+    if disk is not None and disk - cfg.disk_floor_bytes > tenth:
+        disk = "plenty"
+    load: Any = None if h.load_per_core is None else round(h.load_per_core, 2)
+    if load is not None and free_slots >= cfg.max_concurrent:
+        load = "first agent"  # none runs: the load gate lets the first one start whatever the load
+    return (load, mem, disk, h.cores)
+
+
+def settled(decisions: Plan, now: float, max_wait: float | None) -> tuple[bool, bool]:
+    """(nothing in this plan can start without a person or an outside event, a time-based wait
+    longer than ``max_wait`` was left). Headroom gates (load, memory, disk, slots) clear by
+    themselves and time-based waits (a retry's backoff, a rate-limit reset, the budget's new
+    day) end by themselves: a plan with either is not settled, unless the soonest wait is longer
+    than ``max_wait`` (``run --until-idle --max-wait``)."""
+    if any(d.ok or (d.reason or "").startswith(TRANSIENT_GATES) for _, d in decisions):
+        return False, False
+    timed = [d.retry_at for _, d in decisions if d.retry_at is not None and not d.ok]
+    if timed:
+        if max_wait is None or min(timed) - now <= max_wait:
+            return False, False
+        return True, True
+    return True, False
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What the planner read from the store, as of one change token."""
+
+    tasks: tuple[Task, ...]
+    held: Mapping[str, str]
+    paused: bool
+    rate_limits: Mapping[str, tuple[RateLimit, float | None]]
+    spent_today: float
+    day: float
+    generation: int = 0
+    stamps: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: the coders the queued tasks name (None: the default coder), for the memory estimate
+    coders: frozenset[str | None] = frozenset()
+
+
+class Planner:
+    """Admission decisions for one engine, computed again only when something they depend on
+    changed. ``running`` counts this engine's live agents; ``headroom`` is its latest machine
+    reading (None: none yet, the gate then reads one itself)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        config: Callable[[], Config],
+        clock: Callable[[], float],
+        tags: Sequence[str],
+        running: Callable[[], int],
+        headroom: Callable[[], Headroom],
+        mem: MemoryModel,
+        midnight: Callable[[float], float],
+    ) -> None:
+        self.store = store
+        self._config = config
+        self._clock = clock
+        self._tags = tuple(tags)
+        self._running = running
+        self._headroom = headroom
+        self._mem = mem
+        self._midnight = midnight
+        self._lock = threading.Lock()
+        self._dirty = True
+        self._token: int | None = None
+        self._view: QueueView | None = None
+        self._tasks: dict[str, Task] = {}
+        self._generation = 0
+        self._last_key: tuple[Any, ...] | None = None
+        self._last: Plan = []
+        self._next_at: float | None = None
+        self._written: dict[str, str | None] = {}
+        #: how many times the store was read (for benchmarks and tests)
+        self.reads = 0
+
+    # -- what changed --------------------------------------------------------------------------
+    def invalidate(self) -> None:
+        """Something changed here (a task added, claimed, finished, a command): read again."""
+        self._dirty = True
+
+    def claimed(self, task_id: str) -> None:
+        """This engine claimed ``task_id``: it left the queue. Planned again from memory, without
+        reading the store (its stamp is gone at the next read anyway)."""
+        with self._lock:
+            view = self._view
+            if view is None or task_id not in self._tasks:
+                return
+            del self._tasks[task_id]
+            self._generation += 1
+            self._view = replace(view, tasks=tuple(self._tasks.values()), generation=self._generation)
+
+    @property
+    def token(self) -> int | None:
+        """The store's change token as of the last read (wait on it for the next change)."""
+        return self._token
+
+    def next_at(self) -> float | None:
+        """The earliest time a time-based gate of the last plan opens (None: none waits on time)."""
+        return self._next_at
+
+    def gate_config(self) -> GateConfig:
+        return gate_config(self._config())
+
+    def headroom_key(self, h: Headroom | None) -> tuple[Any, ...]:
+        """``headroom_key`` for this engine's queue and config."""
+        cfg = self._config()
+        named = self._view.coders if self._view is not None else frozenset()
+        coders = {c or cfg.default_coder for c in named}
+        need = max((self._mem.estimate(c) for c in coders), default=0)
+        return headroom_key(h, gate_config(cfg), need, max(0, cfg.max_concurrent - self._running()))
+
+    # -- reading -------------------------------------------------------------------------------
+    def _refresh(self, now: float) -> QueueView:
+        token = self.store.change_token()  # first: a change during the reads moves it again
+        day = self._midnight(now)
+        view = self._view
+        if view is not None and not self._dirty and token == self._token and view.day == day:
+            return view
+        self._dirty = False
+        self._token = token
+        self.reads += 1
+        stamps = self.store.queued_stamps()
+        old = view.stamps if view is not None else {}
+        moved = [tid for tid, st in stamps.items() if old.get(tid) != st]
+        if len(moved) > REFETCH_ONE_BY_ONE:
+            self._tasks = {t.id: t for t in self.store.list_tasks(TaskStatus.QUEUED)}
+        else:
+            for tid in list(self._tasks):
+                if tid not in stamps:
+                    del self._tasks[tid]
+            for tid in moved:
+                t = self.store.get_task(tid)
+                if t is not None and t.status == TaskStatus.QUEUED:
+                    self._tasks[tid] = t
+                else:
+                    self._tasks.pop(tid, None)
+        self._written = {k: v for k, v in self._written.items() if k in self._tasks}
+        unfinished = self.store.unfinished_dependencies()
+        held = {tid: "after " + ", ".join(names) for tid, names in unfinished.items()}
+        self._generation += 1
+        self._view = QueueView(
+            tasks=tuple(self._tasks.values()),
+            held=held,
+            paused=self.store.get_setting("fleet_paused") == "1",
+            rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
+            spent_today=self.store.spent_since(day),
+            day=day,
+            generation=self._generation,
+            stamps=stamps,
+            coders=frozenset(t.coder or t.spec.coder for t in self._tasks.values()),
+        )
+        return self._view
+
+    # -- deciding ------------------------------------------------------------------------------
+    def plan(self, admitting: bool = False) -> Plan:
+        """Every queued task with its decision, in claim order; starts nothing. ``admitting``:
+        the caller starts the admitted tasks at once (their slots read as taken, not starting)."""
+        with self._lock:
+            now = self._clock()
+            view = self._refresh(now)
+            cfg = self._config()
+            gcfg = gate_config(cfg)
+            head = self._headroom()
+            running = self._running()
+            key = (view.generation, running, gcfg, cfg.default_coder, self.headroom_key(head), admitting)
+            if key == self._last_key and (self._next_at is None or now < self._next_at):
+                return self._last
+            inp = GateInputs(
+                paused=view.paused,
+                running=running,
+                headroom=head,
+                now=now,
+                rate_limits=view.rate_limits,
+                host_tags=self._tags,
+                spent_today=view.spent_today,
+                own_load=float(running),  # this engine's agents: not load that holds them back
+            )
+            out = plan(
+                view.tasks,
+                gcfg,
+                inp,
+                self._mem,
+                default_coder=cfg.default_coder,
+                held=view.held,
+                account_of=lambda t, c: account_of(c, t.model or t.spec.model),
+                note_starting=not admitting,
+            )
+            timed = [d.retry_at for _, d in out if not d.ok and d.retry_at is not None and d.retry_at > now]
+            self._next_at = min(timed) if timed else None
+            self._last_key, self._last = key, out
+            return out
+
+    def waiting_changes(self, decisions: Plan) -> dict[str, str | None]:
+        """The waiting reasons to record: those that differ from what this planner recorded
+        last (or, the first time, from the store's). Comparing with its own record, not the
+        store's current value, keeps two engines from rewriting each other's reasons forever."""
+        out: dict[str, str | None] = {}
+        for t, d in decisions:
+            why = None if d.ok else d.reason
+            if self._written.get(t.id, t.waiting) != why:
+                out[t.id] = why
+        return out
+
+    def recorded(self, reasons: Mapping[str, str | None]) -> None:
+        """``reasons`` were written to the store."""
+        self._written.update(reasons)

@@ -1,0 +1,367 @@
+"""A quiet engine (issue 14): one wake-up source, planning in proportion to change, and a load
+gate that never stops the first agent.
+
+Store reads are counted by a wrapper around a real SQLite store (every Store method that is not
+a write or the change notification itself counts). No timing assertions: the one window (5 s of
+idleness) asserts a count, not a duration.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from fleet_tui.config import Config
+from fleet_tui.scheduler.engine import Engine
+from fleet_tui.scheduler.model import Decision, Task, TaskSpec
+from fleet_tui.scheduler.planner import Planner, gate_config, headroom_key, settled
+from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, decide, effective_load, plan
+from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
+from fleet_tui.scheduler.states import TaskStatus as S
+from fleet_tui.scheduler.store.sqlite_store import SqliteStore
+from fleet_tui.scheduler.view import midnight
+
+pytestmark = pytest.mark.timeout(120)
+
+NOW = 1_700_000_000.0
+
+#: Store methods that write, or are the change notification and its plumbing: not reads
+NOT_READS = frozenset(
+    {
+        "register_engine",
+        "unregister_engine",
+        "heartbeat",
+        "upsert_host",
+        "set_setting",
+        "set_waiting",
+        "maintenance",
+        "change_token",
+        "wait_for_change",
+        "set_busy_timeout",
+        "check_file",
+        "close",
+    }
+)
+
+
+class CountingStore:
+    """A real store that counts the read calls made through it (thread-safe)."""
+
+    def __init__(self, inner: SqliteStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.reads: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.reads.values())
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name in NOT_READS or name.startswith("_"):
+            return attr
+
+        def counted(*args: Any, **kw: Any) -> Any:
+            with self._lock:
+                self.reads[name] += 1
+            return attr(*args, **kw)
+
+        return counted
+
+
+def plenty() -> Headroom:
+    return Headroom(cores=2, load_per_core=0.1, mem_available=64 * GIB, disk_free=500 * GIB, taken_at=NOW)
+
+
+def spec(name: str, **kw: Any) -> TaskSpec:
+    kw.setdefault("coder", "shell")
+    kw.setdefault("command", "true")
+    return TaskSpec(name=name, prompt=f"do {name}", **kw)
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[Callable[[], SqliteStore]]:
+    opened: list[SqliteStore] = []
+
+    def make() -> SqliteStore:
+        s = SqliteStore(str(tmp_path / "fleet.db"))
+        opened.append(s)
+        return s
+
+    yield make
+    for s in opened:
+        s.close()
+
+
+def config(**kw: Any) -> Config:
+    base: dict[str, Any] = {"default_coder": "shell", "heartbeat_s": 1.0, "kill_grace_s": 0.5}
+    base.update(kw)
+    return Config(**base)
+
+
+# -- the idle engine ---------------------------------------------------------------------------
+async def _settle(store: CountingStore, quiet_s: float = 1.5, limit_s: float = 60.0) -> None:
+    """Until no read happened for ``quiet_s`` (the engine's start-up reads are over)."""
+    deadline = time.monotonic() + limit_s
+    last, since = store.total(), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, f"the engine never went quiet: {store.reads}"
+        await anyio.sleep(0.1)
+        if store.total() != last:
+            last, since = store.total(), time.monotonic()
+
+
+async def test_an_idle_engine_reads_nothing_until_something_changes(
+    tmp_path: Path, stores: Callable[[], SqliteStore]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    counting = CountingStore(stores())
+    writer = stores()  # another connection: what another process's commit looks like
+    # tasks that cannot start here (a tag this host lacks), one behind a dependency
+    writer.add_tasks([spec(f"gpu{i}", requires=("gpu",)) for i in range(50)], time.time())
+    writer.add_tasks([spec("later", depends_on=("gpu0",))], time.time())
+    engine = Engine(counting, home, config(), headroom=plenty, host="quiet")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while (t := writer.get_task("later")) is None or t.waiting != "after gpu0":
+                await anyio.sleep(0.05)
+        await _settle(counting)
+        before = dict(counting.reads)
+        await anyio.sleep(5.0)  # idle: nothing changes anywhere
+        assert dict(counting.reads) == before, (
+            f"an idle engine read the store: {dict(counting.reads)} vs {before}"
+        )
+
+        # another process adds a task: the engine wakes, reads what changed, and plans it
+        writer.add_tasks([spec("new", requires=("gpu",))], time.time())
+        with anyio.fail_after(30):
+            while (t := writer.get_task("new")) is None or t.waiting != "needs tags: gpu":
+                await anyio.sleep(0.05)
+        assert counting.total() > sum(before.values())
+        assert counting.reads["dependencies"] == 0  # one batch query, never one per task
+        assert counting.reads["list_tasks"] <= 3, counting.reads  # the queue is not re-listed per change
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()
+
+
+async def test_a_change_by_another_process_wakes_the_engine_at_once(
+    tmp_path: Path, stores: Callable[[], SqliteStore]
+) -> None:
+    """No poll: a task added by another connection starts (and finishes) without any local wake."""
+    home = tmp_path / "home"
+    home.mkdir()
+    engine = Engine(stores(), home, config(), headroom=plenty, host="quiet")
+    writer = stores()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        await engine._started.wait()
+        writer.add_tasks([spec("from-outside")], time.time())
+        with anyio.fail_after(60):
+            while (t := writer.get_task("from-outside")) is None or t.status != S.DONE:
+                await anyio.sleep(0.05)
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()
+
+
+# -- the store's change token ------------------------------------------------------------------
+def test_the_change_token_moves_for_other_connections_only(stores: Callable[[], SqliteStore]) -> None:
+    a, b = stores(), stores()
+    t0 = a.change_token()
+    a.set_setting("own", "write")
+    assert a.wait_for_change(t0, 0.5) == t0  # our own commit: whoever wrote knows
+    woke = threading.Event()
+
+    def waiter() -> None:
+        if a.wait_for_change(t0, 30.0) != t0:
+            woke.set()
+
+    th = threading.Thread(target=waiter)
+    th.start()
+    b.set_setting("other", "write")
+    th.join(35)
+    assert woke.is_set()
+
+
+# -- the planner -------------------------------------------------------------------------------
+def _planner(store: Any, running: int = 0, head: Callable[[], Headroom] = plenty, **cfg: Any) -> Planner:
+    c = config(**cfg)
+    return Planner(
+        store,
+        config=lambda: c,
+        clock=time.time,
+        tags=(),
+        running=lambda: running,
+        headroom=head,
+        mem=MemoryModel(),
+        midnight=midnight,
+    )
+
+
+def test_a_plan_without_a_change_reads_nothing_and_decides_nothing(stores: Callable[[], SqliteStore]) -> None:
+    inner = stores()
+    counting = CountingStore(inner)
+    inner.add_tasks([spec(f"t{i}", requires=("gpu",)) for i in range(200)], time.time())
+    p = _planner(counting)
+    first = p.plan()
+    assert [d.reason for _, d in first] == ["needs tags: gpu"] * 200
+    reads = counting.total()
+    again = p.plan()
+    assert again is first and counting.total() == reads and p.reads == 1
+
+
+def test_a_change_elsewhere_refetches_only_the_tasks_that_moved(stores: Callable[[], SqliteStore]) -> None:
+    inner, writer = stores(), stores()
+    counting = CountingStore(inner)
+    inner.add_tasks([spec(f"t{i}", requires=("gpu",)) for i in range(200)], time.time())
+    p = _planner(counting)
+    p.plan()
+    token = p.token
+    assert token is not None
+    counting.reads.clear()
+    writer.add_tasks([spec("extra")], time.time())
+    inner.wait_for_change(token, 30.0)
+    decisions = p.plan()
+    assert {t.name: d.ok for t, d in decisions}["extra"] is True
+    assert counting.reads["list_tasks"] == 0 and counting.reads["get_task"] == 1, counting.reads
+    assert counting.reads["queued_stamps"] == 1 and counting.reads["unfinished_dependencies"] == 1
+
+
+def test_dependencies_are_one_batch_query_and_follow_changes(stores: Callable[[], SqliteStore]) -> None:
+    inner = stores()
+    counting = CountingStore(inner)
+    names = [f"c{i:03d}" for i in range(300)]
+    inner.add_tasks(
+        [spec(n, depends_on=(names[i - 1],) if i else ()) for i, n in enumerate(names)], time.time()
+    )
+    p = _planner(counting)
+    decisions = {t.name: d for t, d in p.plan()}
+    assert decisions["c000"].ok and decisions["c001"].reason == "after c000"
+    assert counting.reads["dependencies"] == 0 and counting.reads["unfinished_dependencies"] == 1
+    # the engine claims and finishes c000 through this same connection: it invalidates
+    got = inner.claim("e1", "h", (), time.time(), 60.0, "shell", None)
+    assert got is not None and got.name == "c000"
+    inner.transition(
+        got.id, S.DONE, reason="ok", now=time.time(), owner="e1", attempt=got.attempt, expect=[S.RUNNING]
+    )
+    assert "c000" in {t.name for t, _ in p.plan()}  # not invalidated: the plan it holds
+    p.invalidate()
+    decisions = {t.name: d for t, d in p.plan()}
+    assert "c000" not in decisions and decisions["c001"].ok and decisions["c002"].reason == "after c001"
+
+
+def test_the_next_time_based_gate_is_a_deadline(stores: Callable[[], SqliteStore]) -> None:
+    inner = stores()
+    inner.add_tasks([spec("backoff")], time.time())
+    later = time.time() + 3600
+    got = inner.claim("e1", "h", (), time.time(), 60.0, "shell", None)
+    assert got is not None
+    inner.transition(
+        got.id, S.QUEUED, reason="retry", now=time.time(), owner="e1", attempt=got.attempt, not_before=later
+    )
+    p = _planner(inner)
+    (only,) = p.plan()
+    assert only[1].reason is not None and only[1].reason.startswith("waits until ")
+    assert p.next_at() == pytest.approx(later)
+
+
+def test_waiting_reasons_are_rewritten_only_when_this_planner_changes_them(
+    stores: Callable[[], SqliteStore],
+) -> None:
+    inner = stores()
+    inner.add_tasks([spec("a", requires=("gpu",))], time.time())
+    p = _planner(inner)
+    decisions = p.plan()
+    changes = p.waiting_changes(decisions)
+    assert changes == {decisions[0][0].id: "needs tags: gpu"}
+    inner.set_waiting(changes)
+    p.recorded(changes)
+    inner.set_waiting({decisions[0][0].id: "something another engine wrote"})
+    p.invalidate()
+    assert p.waiting_changes(p.plan()) == {}  # no ping-pong between engines
+
+
+def test_headroom_far_from_the_floors_reads_as_plenty() -> None:
+    cfg = gate_config(config())
+    far = Headroom(cores=2, load_per_core=0.5, mem_available=64 * GIB, disk_free=500 * GIB, taken_at=NOW)
+    moved = Headroom(cores=2, load_per_core=0.5, mem_available=63 * GIB, disk_free=499 * GIB, taken_at=NOW)
+    assert headroom_key(far, cfg, GIB, 4) == headroom_key(moved, cfg, GIB, 4)
+    near = Headroom(cores=2, load_per_core=0.5, mem_available=3 * GIB, disk_free=500 * GIB, taken_at=NOW)
+    nearer = Headroom(
+        cores=2, load_per_core=0.5, mem_available=3 * GIB - 1, disk_free=500 * GIB, taken_at=NOW
+    )
+    assert headroom_key(near, cfg, GIB, 0) != headroom_key(nearer, cfg, GIB, 0)  # every byte counts there
+
+
+# -- progress on a busy machine ----------------------------------------------------------------
+def _task(name: str = "t") -> Task:
+    return Task(id=f"id-{name}", spec=TaskSpec(name=name, prompt="p"), status=S.QUEUED, created_at=NOW)
+
+
+def _inputs(running: int = 0, load: float = 5.0, cores: int = 2, own: float = 0.0) -> GateInputs:
+    hr = Headroom(cores=cores, load_per_core=load, mem_available=64 * GIB, disk_free=500 * GIB, taken_at=NOW)
+    return GateInputs(paused=False, running=running, headroom=hr, now=NOW, own_load=own)
+
+
+def test_the_load_gate_never_stops_the_first_agent() -> None:
+    cfg = GateConfig(max_concurrent=4)
+    assert decide(_task(), "shell", cfg, _inputs(running=0, load=9.0), MemoryModel()) == Decision(True)
+    held = decide(_task(), "shell", cfg, _inputs(running=1, load=9.0), MemoryModel())
+    assert held.reason == "load 9.0/core > 2.0: one agent at a time until it drops"
+    # plan: the first starts, the second and later say the load holds them back
+    out = plan(
+        [_task(f"t{i}") for i in range(3)],
+        cfg,
+        _inputs(running=0, load=9.0),
+        MemoryModel(),
+        default_coder="shell",
+    )
+    assert [d.ok for _, d in out] == [True, False, False]
+    assert all((d.reason or "").startswith("load 9.0/core > 2.0") for _, d in out[1:])
+
+
+def test_memory_and_disk_still_hold_the_first_agent() -> None:
+    cfg = GateConfig(max_concurrent=4)
+    hr = Headroom(cores=2, load_per_core=9.0, mem_available=1 * GIB, disk_free=500 * GIB, taken_at=NOW)
+    d = decide(
+        _task(), "shell", cfg, GateInputs(paused=False, running=0, headroom=hr, now=NOW), MemoryModel()
+    )
+    assert (d.reason or "").startswith("memory: ")
+    hr = Headroom(cores=2, load_per_core=None, mem_available=64 * GIB, disk_free=500 * GIB, taken_at=NOW)
+    d = decide(
+        _task(), "shell", cfg, GateInputs(paused=False, running=0, headroom=hr, now=NOW), MemoryModel()
+    )
+    assert d.reason == "load reading unknown"  # an unknown reading is never plenty
+
+
+def test_the_fleets_own_agents_are_taken_off_the_load() -> None:
+    hr = Headroom(cores=2, load_per_core=2.5, mem_available=None, disk_free=None, taken_at=NOW)
+    assert effective_load(hr, 0.0) == 2.5
+    assert effective_load(hr, 2.0) == pytest.approx(1.5)  # (5.0 - 2) / 2 cores
+    assert effective_load(hr, 10.0) == 0.0
+    cfg = GateConfig(max_concurrent=4)
+    # two agents of ours keep the load at 2.5/core: by itself the machine is at 1.5, under 2.0
+    assert decide(_task(), "shell", cfg, _inputs(running=2, load=2.5, own=2.0), MemoryModel()).ok
+
+
+def test_a_plan_is_settled_only_when_nothing_clears_by_itself() -> None:
+    t = _task()
+    assert settled([(t, Decision(True))], NOW, None) == (False, False)
+    assert settled([(t, Decision(False, "load 3.0/core > 2.0: one agent at a time"))], NOW, None) == (
+        False,
+        False,
+    )
+    assert settled([(t, Decision(False, "needs tags: gpu"))], NOW, None) == (True, False)
+    waits = [(t, Decision(False, "waits until 14:05", NOW + 600))]
+    assert settled(waits, NOW, None) == (False, False)  # sat out
+    assert settled(waits, NOW, 60.0) == (True, True)  # longer than --max-wait: left
