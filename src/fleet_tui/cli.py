@@ -328,7 +328,7 @@ def cmd_logs(ctx: Ctx) -> int:
     t = task_or_fail(ctx, ctx.args.task)
     store = ctx.store
     if ctx.args.raw:
-        from fleet_tui.scheduler.launch import attempt_dir
+        from fleet_tui.scheduler.attempts.launch import attempt_dir
         from fleet_tui.scheduler.procs import attemptdir
 
         tty = sys.stdout.isatty()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_tui.scheduler.launch import attempt_dir
+from fleet_tui.scheduler.attempts.launch import attempt_dir
 from fleet_tui.scheduler.model import Event, TaskSpec
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 from fleet_tui.config import Config
+from fleet_tui.scheduler.attempts.running import Running
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.model import EngineEvent, Snapshot
-from fleet_tui.scheduler.running import Running
 from fleet_tui.scheduler.store.protocol import Store
 
 

@@ -305,7 +305,7 @@ class Controller:
         return None if task is None else await anyio.to_thread.run_sync(summary, self.store, task)
 
     async def diff(self, ref: str) -> str:
-        from fleet_tui.scheduler.launch import task_diff
+        from fleet_tui.scheduler.attempts.launch import task_diff
 
         task = await anyio.to_thread.run_sync(self.find, ref)
         if task is None:

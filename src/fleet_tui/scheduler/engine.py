@@ -27,17 +27,20 @@ from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config, ConfigError, ConfigWatcher, load_config, set_value
 from fleet_tui.scheduler import lifecycle as lc
-from fleet_tui.scheduler.adopt import Adopter
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.attempts.adopt import Adopter
+from fleet_tui.scheduler.attempts.eventwriter import EventWriter
+from fleet_tui.scheduler.attempts.finish import Reaper
+from fleet_tui.scheduler.attempts.launch import Launch, Launcher, LaunchError
+from fleet_tui.scheduler.attempts.ratelimits import RateLimitBook
+from fleet_tui.scheduler.attempts.running import Running, command_agent
+from fleet_tui.scheduler.attempts.sink import AttemptSink
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import ControlConfig, Controller, hostname
-from fleet_tui.scheduler.eventwriter import EventWriter
-from fleet_tui.scheduler.finish import Reaper
 from fleet_tui.scheduler.git import worktree as wt
 from fleet_tui.scheduler.git import wtmark
 from fleet_tui.scheduler.github import prwatch
 from fleet_tui.scheduler.humans.followup import adopted_watch, stop_at_turn
-from fleet_tui.scheduler.launch import Launch, Launcher, LaunchError
 from fleet_tui.scheduler.lifecycle import StopReason
 from fleet_tui.scheduler.merger import Merger
 from fleet_tui.scheduler.model import (
@@ -61,11 +64,8 @@ from fleet_tui.scheduler.policy.verify import AgentReviewer
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.owned import reap_stale
 from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool, write_lease
-from fleet_tui.scheduler.ratelimits import RateLimitBook
-from fleet_tui.scheduler.running import Running, command_agent
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.series import window as series_window
-from fleet_tui.scheduler.sink import AttemptSink
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.outage import Resilient, is_transient, store_error_of

@@ -16,10 +16,10 @@ import anyio
 
 from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.attempts.launch import load_worktree
 from fleet_tui.scheduler.git import worktree as wt
 from fleet_tui.scheduler.git.merge import merge_branch
 from fleet_tui.scheduler.github.pullrequest import publish
-from fleet_tui.scheduler.launch import load_worktree
 from fleet_tui.scheduler.lifecycle import Lifecycle
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import TaskStatus

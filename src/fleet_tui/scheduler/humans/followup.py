@@ -33,10 +33,10 @@ from typing import Any
 from fleet_tui.coders.base import AttemptContext, CannotResume, Coder, CoderNotFound, get_coder
 from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.attempts.running import Running
 from fleet_tui.scheduler.lifecycle import Commands
 from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.policy.prompt import trim
-from fleet_tui.scheduler.running import Running
 from fleet_tui.scheduler.states import ACTIVE, TaskStatus
 from fleet_tui.scheduler.store.protocol import Store
 

@@ -20,8 +20,8 @@ import anyio
 from fleet_tui.coders.base import CoderNotFound, get_coder
 from fleet_tui.config import Config
 from fleet_tui.scheduler import lifecycle as lc
+from fleet_tui.scheduler.attempts.launch import Launch
 from fleet_tui.scheduler.control import owner_alive
-from fleet_tui.scheduler.launch import Launch
 from fleet_tui.scheduler.lifecycle import AttemptOutcome, Lifecycle
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.procs import attemptdir

@@ -16,11 +16,11 @@ from typing import Any
 
 import anyio
 
-from fleet_tui.scheduler.eventwriter import EventWriter
+from fleet_tui.scheduler.attempts.eventwriter import EventWriter
+from fleet_tui.scheduler.attempts.ratelimits import RateLimitBook
+from fleet_tui.scheduler.attempts.running import Running
 from fleet_tui.scheduler.lifecycle import StopReason
 from fleet_tui.scheduler.model import AgentEvent, EngineEvent, Event, Task
-from fleet_tui.scheduler.ratelimits import RateLimitBook
-from fleet_tui.scheduler.running import Running
 from fleet_tui.scheduler.store.protocol import Store
 
 LOST = "another engine owns this task now"

@@ -20,6 +20,8 @@ import anyio
 
 from fleet_tui.config import Config
 from fleet_tui.scheduler import lifecycle as lc
+from fleet_tui.scheduler.attempts.ratelimits import RateLimitBook
+from fleet_tui.scheduler.attempts.running import Running
 from fleet_tui.scheduler.lifecycle import AttemptOutcome, Lifecycle, StopReason
 from fleet_tui.scheduler.merger import Merger, commit_leftovers
 from fleet_tui.scheduler.model import Event, Task
@@ -29,8 +31,6 @@ from fleet_tui.scheduler.policy.outcome import Policy, Verdict, after_verify, de
 from fleet_tui.scheduler.policy.verify import AgentReviewer, run_verifiers
 from fleet_tui.scheduler.procs.owned import reap_attempt
 from fleet_tui.scheduler.procs.runner import AttemptResult
-from fleet_tui.scheduler.ratelimits import RateLimitBook
-from fleet_tui.scheduler.running import Running
 from fleet_tui.scheduler.sandbox.policy import verifier_wrap
 from fleet_tui.scheduler.states import TaskStatus
 
