@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from textual.pilot import Pilot
 
@@ -10,7 +11,7 @@ KEY_NAMES = {" ": "space", "/": "slash", ":": "colon", "-": "minus", "?": "quest
              "!": "exclamation_mark", ".": "full_stop", "_": "underscore"}  # fmt: skip
 
 
-async def wait_for(pilot: Pilot[object], condition: Callable[[], object], what: str = "condition") -> None:
+async def wait_for(pilot: Pilot[Any], condition: Callable[[], object], what: str = "condition") -> None:
     """Let the app process messages until ``condition()`` holds (bounded; no sleeps)."""
     for _ in range(400):
         if condition():
@@ -19,5 +20,5 @@ async def wait_for(pilot: Pilot[object], condition: Callable[[], object], what: 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def type_text(pilot: Pilot[object], text: str) -> None:
+async def type_text(pilot: Pilot[Any], text: str) -> None:
     await pilot.press(*(KEY_NAMES.get(ch, ch) for ch in text))

@@ -3,6 +3,8 @@ sparklines of the fleet's pulse, at 80x24, 120x36 and 200x60."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from textual.pilot import Pilot
 
@@ -14,7 +16,7 @@ from .helpers import wait_for
 SIZES = [(80, 24), (120, 36), (200, 60)]
 
 
-async def settle(pilot: Pilot[object]) -> None:
+async def settle(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, FleetApp)
     await wait_for(pilot, lambda: app.stream.flushes or not app.stream._filling, "stream")
@@ -60,7 +62,7 @@ async def test_sparklines_per_host_on_demand() -> None:
     async with app.run_test(size=(200, 60)) as pilot:
         await settle(pilot)
         rows = app.gauges._rows
-        assert [r.label.render().plain.split()[0] for r in rows] == [
+        assert [r.label.render().plain.split()[0] for r in rows] == [  # type: ignore[union-attr]
             "agents",
             "events/s",
             "tok/min",

@@ -107,7 +107,7 @@ async def test_a_hosted_engine_never_touches_the_store_on_the_cockpits_thread(tm
             mem_floor_gib=0.0,
             disk_floor_gib=0.0,
         ),
-    )  # type: ignore[arg-type]
+    )
     store.calls.clear()  # (setting up before the cockpit starts is no wait)
     hosted = EngineThread(engine, engine.run)
     app = FleetApp(hosted, on_quit="leave", run_engine=hosted.run)
@@ -132,7 +132,7 @@ async def test_a_hosted_engine_never_touches_the_store_on_the_cockpits_thread(tm
 
 async def test_an_attached_view_never_touches_the_store_on_the_cockpits_thread(tmp_path: Path) -> None:
     raw, store = _store(tmp_path, 2)
-    view = AttachedView(store, tmp_path, CFG)  # type: ignore[arg-type]
+    view = AttachedView(store, tmp_path, CFG)
     store.calls.clear()
     hosted = EngineThread(view, view.run)
     app = FleetApp(hosted, on_quit="leave", run_engine=hosted.run)

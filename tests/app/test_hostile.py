@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
@@ -45,7 +46,7 @@ def assert_inert(app: FleetApp, *visible: str) -> None:
         assert word in shot, f"{word!r} is not on screen"
 
 
-async def started(pilot: Pilot[object]) -> FleetApp:
+async def started(pilot: Pilot[Any]) -> FleetApp:
     app = pilot.app
     assert isinstance(app, FleetApp)
     await wait_for(pilot, lambda: app.stream.flushes, "the stream filled")

@@ -118,7 +118,7 @@ async def test_shell_opens_in_workdir(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[list[str], str]] = []
     monkeypatch.setenv("SHELL", "/bin/true")
     monkeypatch.setattr(app, "suspend", lambda: nullcontext())
-    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: seen.append((argv, cwd)) or 0)
+    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: seen.append((argv, cwd)) or 0)  # type: ignore[func-returns-value]
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, "t-0002")
         await pilot.press("s")
@@ -190,7 +190,7 @@ async def test_keys_typed_right_after_slash_or_a_go_to_the_input(monkeypatch: py
     app = sc.make_app(engine)
     shells: list[str] = []
     monkeypatch.setattr(app, "suspend", lambda: nullcontext())
-    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: shells.append(cwd) or 0)
+    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: shells.append(cwd) or 0)  # type: ignore[func-returns-value]
     async with app.run_test(size=SIZE) as pilot:
         await select(pilot, app, "t-0002")
         for ch in "/state:run":

@@ -224,10 +224,10 @@ async def test_live_task_changes_repaint_one_line_not_the_table() -> None:
         table.tick = lambda: None  # type: ignore[method-assign]  # the once-a-second repaint of running rows
         rebuilds: list[int] = []
         real_rebuild = table._rebuild
-        table._rebuild = lambda: (rebuilds.append(1), real_rebuild())  # type: ignore[method-assign,func-returns-value]
+        table._rebuild = lambda: (rebuilds.append(1), real_rebuild())  # type: ignore[method-assign,func-returns-value,assignment]
         lines: list[int] = []
         real_refresh_line = table.refresh_line
-        table.refresh_line = lambda y: (lines.append(y), real_refresh_line(y))  # type: ignore[method-assign,func-returns-value]
+        table.refresh_line = lambda y: (lines.append(y), real_refresh_line(y))  # type: ignore[method-assign,func-returns-value,assignment]
         api = app.tasks["t-0002"]
         row = table.task_ids().index("t-0002") + 1  # line 0 is the column header
         engine.push(TaskChanged(replace(api, tokens=20_000, updated_at=sc.NOW)))

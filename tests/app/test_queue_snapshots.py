@@ -9,6 +9,7 @@ and look at the new SVGs before committing them.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
@@ -22,12 +23,12 @@ from .queue_fleet import big_fleet, long_names
 SIZES = [(80, 24), (120, 36), (200, 60)]
 
 
-async def settle(pilot: Pilot[object]) -> None:
+async def settle(pilot: Pilot[Any]) -> None:
     await pilot.pause()
     await pilot.pause()
 
 
-async def folded_group(pilot: Pilot[object]) -> None:
+async def folded_group(pilot: Pilot[Any]) -> None:
     """Fold the first repository and show finished tasks: the header's arrow and counts."""
     app = pilot.app
     assert isinstance(app, FleetApp)
@@ -36,7 +37,7 @@ async def folded_group(pilot: Pilot[object]) -> None:
     await pilot.pause()
 
 
-SCENARIOS: dict[str, tuple[Callable[[], FakeEngine], Callable[[Pilot[object]], Awaitable[None]]]] = {
+SCENARIOS: dict[str, tuple[Callable[[], FakeEngine], Callable[[Pilot[Any]], Awaitable[None]]]] = {
     "scale": (big_fleet, settle),
     "scale_folded": (big_fleet, folded_group),
     "long_names": (long_names, settle),

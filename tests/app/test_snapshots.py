@@ -8,6 +8,7 @@ look at the new SVGs before committing them.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from textual.pilot import Pilot
@@ -22,7 +23,7 @@ from .helpers import wait_for
 SIZES = [(80, 24), (160, 48)]
 
 
-async def settle(pilot: Pilot[object]) -> None:
+async def settle(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, FleetApp)
     await pilot.pause()
@@ -31,7 +32,7 @@ async def settle(pilot: Pilot[object]) -> None:
     await pilot.pause()
 
 
-async def select_user_api(pilot: Pilot[object]) -> None:
+async def select_user_api(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, FleetApp)
     app.queue.select_id("t-0002")
@@ -39,7 +40,7 @@ async def select_user_api(pilot: Pilot[object]) -> None:
     await settle(pilot)
 
 
-async def open_detail(pilot: Pilot[object]) -> None:
+async def open_detail(pilot: Pilot[Any]) -> None:
     await pilot.press("enter")
     await wait_for(pilot, lambda: isinstance(pilot.app.screen, DetailScreen), "detail")
     screen = pilot.app.screen
@@ -48,7 +49,7 @@ async def open_detail(pilot: Pilot[object]) -> None:
     await pilot.pause()
 
 
-SCENARIOS: dict[str, tuple[Callable[[], FakeEngine], Callable[[Pilot[object]], Awaitable[None]]]] = {
+SCENARIOS: dict[str, tuple[Callable[[], FakeEngine], Callable[[Pilot[Any]], Awaitable[None]]]] = {
     "empty": (sc.empty, settle),
     "running": (sc.several_running, select_user_api),
     "question": (sc.with_question, settle),

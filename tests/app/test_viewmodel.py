@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 from fleet_tui.app.viewmodel import CockpitState
 from fleet_tui.scheduler.model import (
@@ -26,7 +27,12 @@ def task(i: int, status: TaskStatus = TaskStatus.QUEUED, at: float = 10.0) -> Ta
     return Task(id=f"t-{i}", spec=spec, status=status, created_at=at, updated_at=at)
 
 
-def question(qid: str, task_id: str, at: float = 20.0, status: str = "pending") -> Question:
+def question(
+    qid: str,
+    task_id: str,
+    at: float = 20.0,
+    status: Literal["pending", "answered", "cancelled", "expired"] = "pending",
+) -> Question:
     return Question(id=qid, task_id=task_id, attempt=1, text="which?", asked_at=at, status=status)
 
 

@@ -7,6 +7,7 @@ a temporary SQLite store, so the test reads back what a person's key press chang
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,9 @@ SIZE = (80, 24)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     s = open_store(None, str(tmp_path))
-    yield s  # type: ignore[misc]
+    yield s
     s.close()
 
 
@@ -163,13 +164,13 @@ async def test_shift_t_takes_over_then_asks(
     t = parked_task(store, tmp_path, "job")
     engine = engine_on(store, [t])
     engine.home = tmp_path  # type: ignore[attr-defined]
-    engine.kill = Controller(store).kill  # type: ignore[attr-defined]
+    engine.kill = Controller(store).kill  # type: ignore[method-assign]
     monkeypatch.delenv("TMUX", raising=False)
     monkeypatch.setenv("SHELL", "/bin/true")
     app = sc.make_app(engine)
     seen: list[tuple[list[str], str]] = []
     monkeypatch.setattr(app, "suspend", lambda: nullcontext())
-    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: seen.append((argv, cwd)) or 0)
+    monkeypatch.setattr(app, "spawn_shell", lambda argv, cwd: seen.append((argv, cwd)) or 0)  # type: ignore[func-returns-value]
     async with app.run_test(size=SIZE) as pilot:
         assert app.queue.select_id(t.id)
         await pilot.pause()
