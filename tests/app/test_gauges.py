@@ -19,7 +19,7 @@ SIZES = [(80, 24), (120, 36), (200, 60)]
 async def settle(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, FleetApp)
-    await wait_for(pilot, lambda: app.stream.flushes or not app.stream._filling, "stream")
+    await wait_for(pilot, lambda: app.stream.flushes or not app.stream.filling, "stream")
     await pilot.pause()
 
 
@@ -61,7 +61,7 @@ async def test_sparklines_per_host_on_demand() -> None:
     app = sc.make_app(sc.gauges_fleet())
     async with app.run_test(size=(200, 60)) as pilot:
         await settle(pilot)
-        rows = app.gauges._rows
+        rows = app.gauges.pulse_rows
         assert [r.label.render().plain.split()[0] for r in rows] == [  # type: ignore[union-attr]
             "agents",
             "events/s",
@@ -70,6 +70,6 @@ async def test_sparklines_per_host_on_demand() -> None:
         ]
         app.gauges.focus()
         await pilot.press("h")
-        await wait_for(pilot, lambda: len(app.gauges._rows) > 4, "per-host sparklines")
-        labels = [str(r.label.render()) for r in app.gauges._rows]
+        await wait_for(pilot, lambda: len(app.gauges.pulse_rows) > 4, "per-host sparklines")
+        labels = [str(r.label.render()) for r in app.gauges.pulse_rows]
         assert [label.split()[:2] for label in labels[4:]] == [["box1", "agents"], ["box2", "agents"]]

@@ -150,7 +150,7 @@ async def test_needs_you_first_in_each_group_then_running_then_queued() -> None:
         await pilot.pause()
         model = app.queue.model
         for root in (f"{ROOT}/api-server", f"{ROOT}/search"):
-            ids = [tid for _, tid in model._sorted[root]]
+            ids = model.ids_in(root)
             states = [model.tasks[t].status for t in ids]
             bands = [0 if model.is_asking(model.tasks[t]) or s == S.NEEDS_HUMAN else 1 if s == S.RUNNING else
                      3 if s == S.QUEUED else 4 for t, s in zip(ids, states, strict=True)]  # fmt: skip
@@ -346,7 +346,7 @@ async def test_question_moves_its_task_to_the_top() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: engine.subscribers, "subscription")
         root = f"{ROOT}/billing"
-        tid = next(t for _, t in reversed(app.queue.model._sorted[root]) if app.tasks[t].status == S.QUEUED)
+        tid = next(t for t in reversed(app.queue.model.ids_in(root)) if app.tasks[t].status == S.QUEUED)
         app.queue.select_id(tid)
         engine.push(QuestionChanged(Question("q-x", tid, 1, sc.NOW, "Which one?")))
         await wait_for(pilot, lambda: app.questions, "question")

@@ -28,7 +28,7 @@ async def settle(pilot: Pilot[Any]) -> None:
     assert isinstance(app, FleetApp)
     await pilot.pause()
     if app.stream.task_id is not None:
-        await wait_for(pilot, lambda: not app.stream._filling, "stream fill")
+        await wait_for(pilot, lambda: not app.stream.filling, "stream fill")
     await pilot.pause()
 
 

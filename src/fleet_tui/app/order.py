@@ -155,6 +155,10 @@ class QueueModel:
         self._showing_finished = False
         self.max_name = 0
 
+    def ids_in(self, group: str) -> list[str]:
+        """The task ids of ``group`` in the queue's order."""
+        return [tid for _, tid in self._sorted.get(group, [])]
+
     # -- changes ---------------------------------------------------------------------------------
 
     def is_asking(self, task: Task) -> bool:

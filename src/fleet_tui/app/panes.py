@@ -79,6 +79,11 @@ class GaugesPane(Vertical):
     """What the pane draws: the gauge rows and the sparklines (``fleet_tui.gauges``), worked out
     from each snapshot; a snapshot that changes neither draws nothing."""
 
+    @property
+    def pulse_rows(self) -> list[PulseRow]:
+        """The per-host pulse rows on show (read-only)."""
+        return list(self._rows)
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.bars = Static("", id="gauge-bars")

@@ -44,6 +44,11 @@ class StreamLog(RichLog):
         self._styles: ThemeStyles | None = None
         self.flushes = 0
 
+    @property
+    def filling(self) -> bool:
+        """True while the pane's first fill (the task's stored events) is being read."""
+        return self._filling
+
     def on_mount(self) -> None:
         self._styles = ThemeStyles(self.app)
 
