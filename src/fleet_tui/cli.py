@@ -810,6 +810,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    finally:
+        ctx.close()
 
 
 if __name__ == "__main__":

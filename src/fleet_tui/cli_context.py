@@ -128,6 +128,16 @@ class Ctx:
                 raise UserError(f"cannot use the fleet home {self.home}: {e}") from e
         return self._store
 
+    def close(self) -> None:
+        """Close the store if it was opened: its change watcher lets go of any waiter at once,
+        so the process exits without waiting out a wait (``run`` ends in milliseconds)."""
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:  # closing is best effort: the process ends anyway
+                pass
+            self._store = None
+
 
 def coder_tools() -> tuple[list[str], Any]:
     from fleet_tui.coders.base import coder_names, get_coder
