@@ -536,6 +536,7 @@ async def _collect(events: AsyncIterator[list[Any]], into: list[Any]) -> None:
 @pytest.mark.anyio
 async def test_attached_cockpit_and_cli_kill_and_retry_through_the_commands_table(multi: Fleet) -> None:
     from fleet_tui.config import Config
+    from fleet_tui.scheduler.model import AgentEvent
     from fleet_tui.scheduler.view import AttachedView
 
     f = multi
@@ -559,7 +560,8 @@ async def test_attached_cockpit_and_cli_kill_and_retry_through_the_commands_tabl
 
             def streamed(name: str) -> bool:
                 return any(
-                    e.kind == "event" and e.event.task_id == ids[name] and e.event.text == "tick" for e in got
+                    isinstance(e, AgentEvent) and e.event.task_id == ids[name] and e.event.text == "tick"
+                    for e in got
                 )
 
             # the cockpit sees the hosts sharing the store, with their tags

@@ -547,9 +547,18 @@ def test_opencode_with_a_users_setup(opencode_program: str, fl: Fleet) -> None:
     )
     assert "ask_human_ask_human" in ur.requests[0].tool_names()  # offered from the first turn
     # OpenCode itself, on its first run for this HOME (as when its user runs it), drops a
-    # .gitignore into its global config dir and fills npm's cache while it sets up its plugin SDK:
-    # new files of the CLI's own, nothing of the user's changed
-    own = (".npm", ".config/opencode/.gitignore")
+    # .gitignore into its global config dir, fills npm's cache and, when the npm registry answers,
+    # installs its plugin SDK (@ai-sdk/provider) beside the config: new files of the CLI's own,
+    # nothing of the user's changed (opencode.json included)
+    own = (
+        ".npm",
+        ".cache",
+        ".config/opencode/.gitignore",
+        ".config/opencode/node_modules",
+        ".config/opencode/package.json",
+        ".config/opencode/bun.lock",
+        ".config/opencode/package-lock.json",
+    )
     assert_user_run(ur, f'"model": "{OPENCODE_MODEL.split("/")[1]}', own)
 
 
