@@ -12,10 +12,10 @@ stop its agent.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -57,7 +57,6 @@ ATTEMPT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt) if f.na
 
 # Starts at a random value per process: two processes adding tasks in the same millisecond would
 # otherwise share the counter's value and rely on 16 random bits alone (a collision was seen).
-_counter = itertools.count(secrets.randbelow(0x100))
 
 
 #: a task in one of these states frees its name: a new task may take it (the old one keeps its id,
@@ -73,10 +72,25 @@ def taken_message(name: str, status: str) -> str:
     )
 
 
+_last_id = [0, 0]  # (ms, counter) of this process's last id
+_id_lock = threading.Lock()
+
+
 def new_id(prefix: str = "t") -> str:
-    """A short, roughly time-ordered, unique id: <prefix>-<8 hex of ms><2 hex counter><4 hex random>."""
-    n = next(_counter) & 0xFF
-    return f"{prefix}-{int(time.time() * 1000) & 0xFFFFFFFF:08x}{n:02x}{secrets.token_hex(2)}"
+    """A short, roughly time-ordered, unique id: <prefix>-<8 hex of ms><2 hex counter><4 hex random>.
+
+    Within a process (ms, counter) never repeats: past 256 ids in one millisecond the id borrows
+    the next millisecond, so a batch of thousands cannot collide; the random part keeps ids of
+    different processes apart."""
+    with _id_lock:
+        ms = int(time.time() * 1000)
+        last_ms, last_n = _last_id
+        if ms <= last_ms:
+            ms, n = (last_ms, last_n + 1) if last_n < 0xFF else (last_ms + 1, 0)
+        else:
+            n = 0
+        _last_id[:] = [ms, n]
+    return f"{prefix}-{ms & 0xFFFFFFFF:08x}{n:02x}{secrets.token_hex(2)}"
 
 
 def spec_to_json(spec: TaskSpec) -> str:
