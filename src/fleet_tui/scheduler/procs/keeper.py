@@ -46,13 +46,7 @@ class Keeper:
         return proctree.tree(self.pid, group=self.pid)
 
     def _reap(self) -> None:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        proctree.reap_children()
 
     def kill_tree(self) -> None:
         proctree.kill_tree(self._alive_tree, self.grace, reap=self._reap)

@@ -113,6 +113,17 @@ def group_members(pgid: int, since_ticks: int | None = None) -> list[Proc]:
     return out
 
 
+def reap_children() -> None:
+    """Collect every child of this process that has exited (never blocks)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def has_children(pid: int) -> bool:
     """Cheap check through /proc/PID/task/*/children; falls back to a full scan."""
     try:

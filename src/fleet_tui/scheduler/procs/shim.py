@@ -317,16 +317,6 @@ def _serve(job: list[str], env: dict[str, str]) -> int:
     return Shim(parsed).run()
 
 
-def _reap_children() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 def zygote() -> int:
     """A fork server: reads jobs from stdin and forks one shim per job (in a session of its own),
     answering each with ``PID START_TICKS`` on stdout. Forking this small, already started
@@ -344,7 +334,7 @@ def zygote() -> int:
                 os.read(wake_r, 512)
             except BlockingIOError:
                 pass
-        _reap_children()
+        proctree.reap_children()
         if 0 not in ready:
             continue
         try:
