@@ -25,6 +25,7 @@ from fleet_tui.scheduler.planner import Planner, gate_config, headroom_key, sett
 from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, decide, effective_load, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
 from fleet_tui.scheduler.states import TaskStatus as S
+from fleet_tui.scheduler.store.protocol import TaskChanges
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from fleet_tui.scheduler.view import midnight
 
@@ -58,6 +59,8 @@ class CountingStore:
         self.inner = inner
         self.url = inner.url
         self.reads: Counter[str] = Counter()
+        #: how many tasks each incremental ``tasks_changed_since`` returned
+        self.changed: list[int] = []
         self._lock = threading.Lock()
 
     def total(self) -> int:
@@ -72,7 +75,10 @@ class CountingStore:
         def counted(*args: Any, **kw: Any) -> Any:
             with self._lock:
                 self.reads[name] += 1
-            return attr(*args, **kw)
+            out = attr(*args, **kw)
+            if name == "tasks_changed_since" and not out.full:
+                self.changed.append(len(out.tasks))
+            return out
 
         return counted
 
@@ -233,8 +239,69 @@ def test_a_change_elsewhere_refetches_only_the_tasks_that_moved(stores: Callable
     inner.wait_for_change(token, 30.0)
     decisions = p.plan()
     assert {t.name: d.ok for t, d in decisions}["extra"] is True
-    assert counting.reads["list_tasks"] == 0 and counting.reads["get_task"] == 1, counting.reads
-    assert counting.reads["queued_stamps"] == 1 and counting.reads["unfinished_dependencies"] == 1
+    # SQLite's change counter: just the task that changed, and its dependencies
+    assert counting.reads["list_tasks"] == 0 and counting.reads["queued_stamps"] == 0, counting.reads
+    assert counting.reads["tasks_changed_since"] == 1 and counting.reads["unfinished_dependencies"] == 1
+    assert counting.changed == [1]  # tasks the store returned as changed
+
+
+class NoCounterStore(CountingStore):
+    """A store that cannot tell what changed (as PostgreSQL's ``tasks_changed_since``)."""
+
+    def tasks_changed_since(self, marker: int | None) -> TaskChanges:
+        with self._lock:
+            self.reads["tasks_changed_since"] += 1
+        return TaskChanges(0, tuple(self.inner.list_tasks()), full=True, incremental=False)
+
+
+def test_without_change_counters_the_planner_compares_stamps(stores: Callable[[], SqliteStore]) -> None:
+    inner, writer = stores(), stores()
+    counting = NoCounterStore(inner)
+    names = [f"c{i:03d}" for i in range(100)]
+    inner.add_tasks(
+        [spec(n, depends_on=(names[i - 1],) if i else ()) for i, n in enumerate(names)], time.time()
+    )
+    p = _planner(counting)
+    decisions = {t.name: d for t, d in p.plan()}
+    assert decisions["c000"].ok and decisions["c001"].reason == "after c000"
+    token = p.token
+    assert token is not None
+    counting.reads.clear()
+    writer.add_tasks([spec("extra")], time.time())
+    inner.wait_for_change(token, 30.0)
+    decisions = {t.name: d for t, d in p.plan()}
+    assert decisions["extra"].ok and decisions["c002"].reason == "after c001"
+    # asked once whether the store can tell what changed; after that, stamps and one fetch
+    assert counting.reads["tasks_changed_since"] == 0 and counting.reads["queued_stamps"] == 1
+    assert counting.reads["get_task"] == 1 and counting.reads["list_tasks"] == 0, counting.reads
+
+
+def test_a_long_chain_is_planned_from_the_changes_alone(stores: Callable[[], SqliteStore]) -> None:
+    """Each step of a chain reads the few tasks that moved, never the whole queue again, and the
+    decisions stay those of a planner that reads everything afresh."""
+    inner = stores()
+    counting = CountingStore(inner)
+    names = [f"c{i:03d}" for i in range(120)]
+    inner.add_tasks(
+        [spec(n, depends_on=(names[i - 1],) if i else ()) for i, n in enumerate(names)], time.time()
+    )
+    p = _planner(counting)
+    for step in range(5):
+        decisions = p.plan()
+        fresh = _planner(inner).plan()
+        assert [(t.id, d) for t, d in decisions] == [(t.id, d) for t, d in fresh]
+        assert [t.name for t, d in decisions if d.ok] == [names[step]]
+        got = inner.claim("e1", "h", (), time.time(), 60.0, "shell", None)
+        assert got is not None and got.name == names[step]
+        p.claimed(got.id)
+        inner.transition(
+            got.id, S.DONE, reason="ok", now=time.time(), owner="e1", attempt=got.attempt, expect=[S.RUNNING]
+        )
+        p.invalidate()
+        counting.changed.clear()
+    p.plan()
+    assert max(counting.changed) <= 2  # the finished task and the one it released
+    assert counting.reads["list_tasks"] == 0 and counting.reads["queued_stamps"] == 0
 
 
 def test_dependencies_are_one_batch_query_and_follow_changes(stores: Callable[[], SqliteStore]) -> None:

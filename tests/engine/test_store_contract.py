@@ -626,6 +626,24 @@ def test_planning_reads_dependencies_in_one_batch_and_stamps_what_moved(make_sto
     assert s.queued_stamps()[b.id] != stamps[b.id]
 
 
+def test_unfinished_dependencies_touching_covers_tasks_and_dependents(
+    make_store: MakeStore,
+) -> None:
+    s = make_store()
+    a, b, c, d = s.add_tasks(
+        [spec("a"), spec("b", depends_on=("a",)), spec("c", depends_on=("a", "b")), spec("d")], NOW
+    )
+    # a change to ``a`` can release or hold ``a`` itself and everything that depends on it
+    assert s.unfinished_dependencies([a.id]) == {a.id: [], b.id: ["a"], c.id: ["a", "b"]}
+    assert s.unfinished_dependencies([d.id]) == {d.id: []}
+    assert s.unfinished_dependencies([]) == {}
+    got = claim(s)
+    assert got is not None and got.id == a.id
+    s.transition(a.id, TaskStatus.DONE, reason="ok", now=NOW + 1, owner="e1", attempt=got.attempt)
+    # ``a`` left the queue: it has no entry; its dependents are told what still holds them
+    assert s.unfinished_dependencies([a.id]) == {b.id: [], c.id: ["b"]}
+
+
 def test_racing_claims_take_every_task_exactly_once(make_store: MakeStore) -> None:
     first = make_store()
     first.add_tasks([spec(f"t{i:03d}", priority=i % 3) for i in range(200)], NOW)

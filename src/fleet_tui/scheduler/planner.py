@@ -5,10 +5,15 @@ wake-up (and at least once a second), so a 10,000-task queue that could not star
 busy and a long chain crawled. The ``Planner`` keeps what it read and reads again only what
 moved:
 
-* the queue: ``queued_stamps()`` (one light query) says which queued tasks changed since the last
-  read; only those are fetched again (the whole queue when most of it moved);
-* dependencies: one batch query (``unfinished_dependencies``) per read, never one per task;
-* pause flag, rate limits and today's spend: one query each per read.
+* the queue: ``tasks_changed_since`` (SQLite's change counter) returns just the tasks that
+  changed since the last read, and the queue is kept in claim order as they come and go (never
+  sorted whole again); a store without counters (PostgreSQL) is compared by ``queued_stamps()``
+  (one light query) and only the tasks whose stamp moved are fetched again;
+* dependencies: one batch query (``unfinished_dependencies``) per read, never one per task, and
+  only for the tasks that changed and their dependents when the store can tell which;
+* pause flag and rate limits: one query each per read; today's spend only with a daily budget.
+
+So a 1500-task chain costs a few small queries per step, not a walk of the whole queue.
 
 It reads the store only when the store's change token moved (another process committed), when
 the engine said something changed here (``invalidate``), or when the day turned (the budget).
@@ -24,6 +29,8 @@ takes what it needs as values and callables, never the Engine.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,10 +38,10 @@ from typing import Any
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
 from fleet_tui.scheduler.model import Decision, RateLimit, Task
-from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, plan
+from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, claim_order, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
 from fleet_tui.scheduler.states import TaskStatus
-from fleet_tui.scheduler.store.protocol import Store
+from fleet_tui.scheduler.store.protocol import Store, TaskChanges
 
 #: gate reasons that clear by themselves as agents finish
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
@@ -108,6 +115,8 @@ class QueueView:
     stamps: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     #: the coders the queued tasks name (None: the default coder), for the memory estimate
     coders: frozenset[str | None] = frozenset()
+    #: today's spend was read (a daily budget is set)
+    budgeted: bool = False
 
 
 class Planner:
@@ -140,6 +149,11 @@ class Planner:
         self._token: int | None = None
         self._view: QueueView | None = None
         self._tasks: dict[str, Task] = {}
+        self._order: list[tuple[tuple[float, float, str], Task]] = []
+        self._coders: Counter[str | None] = Counter()
+        self._held: dict[str, str] = {}
+        self._rev: int | None = None
+        self._incremental = True
         self._generation = 0
         self._last_key: tuple[Any, ...] | None = None
         self._last: Plan = []
@@ -160,9 +174,11 @@ class Planner:
             view = self._view
             if view is None or task_id not in self._tasks:
                 return
-            del self._tasks[task_id]
+            self._drop(task_id)
+            self._written.pop(task_id, None)
             self._generation += 1
-            self._view = replace(view, tasks=tuple(self._tasks.values()), generation=self._generation)
+            tasks = tuple(t for _, t in self._order)
+            self._view = replace(view, tasks=tasks, held=dict(self._held), generation=self._generation)
 
     @property
     def token(self) -> int | None:
@@ -188,43 +204,116 @@ class Planner:
     def _refresh(self, now: float) -> QueueView:
         token = self.store.change_token()  # first: a change during the reads moves it again
         day = self._midnight(now)
+        budget = self._config().budget_usd_daily is not None
         view = self._view
-        if view is not None and not self._dirty and token == self._token and view.day == day:
+        if (
+            view is not None
+            and not self._dirty
+            and token == self._token
+            and view.day == day
+            and view.budgeted == budget
+        ):
             return view
         self._dirty = False
         self._token = token
         self.reads += 1
+        stamps: Mapping[str, tuple[Any, ...]] = {}
+        if self._incremental:
+            changes = self.store.tasks_changed_since(self._rev)
+            if changes.incremental:
+                self._apply_changes(changes)
+            else:  # the store cannot tell what changed: compare the queue's stamps instead
+                self._incremental = False
+        if not self._incremental:
+            stamps = self._refresh_by_stamps(view)
+        self._generation += 1
+        self._view = QueueView(
+            tasks=tuple(t for _, t in self._order),
+            held=dict(self._held),
+            paused=self.store.get_setting("fleet_paused") == "1",
+            rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
+            # today's spend only matters to a daily budget: no budget, no query
+            spent_today=self.store.spent_since(day) if budget else 0.0,
+            day=day,
+            generation=self._generation,
+            stamps=stamps,
+            coders=frozenset(c for c, n in self._coders.items() if n > 0),
+            budgeted=budget,
+        )
+        return self._view
+
+    def _apply_changes(self, changes: TaskChanges) -> None:
+        """Apply ``tasks_changed_since``: the tasks that changed, and the holds a change to them
+        can make or release (their own dependencies, their dependents')."""
+        self._rev = changes.marker
+        if changes.full:
+            self._reset([t for t in changes.tasks if t.status == TaskStatus.QUEUED])
+            self._held = self._hold(self.store.unfinished_dependencies())
+            return
+        if not changes.tasks:
+            return
+        for t in changes.tasks:
+            self._drop(t.id)
+            if t.status == TaskStatus.QUEUED:
+                self._put(t)
+        for t in changes.tasks:
+            if t.status != TaskStatus.QUEUED:
+                self._written.pop(t.id, None)
+        for tid, names in self.store.unfinished_dependencies([t.id for t in changes.tasks]).items():
+            if names and tid in self._tasks:
+                self._held[tid] = "after " + ", ".join(names)
+            else:
+                self._held.pop(tid, None)
+
+    def _refresh_by_stamps(self, view: QueueView | None) -> Mapping[str, tuple[Any, ...]]:
+        """The queue read again for a store without change counters: one light query says which
+        queued tasks changed since the last read; only those are fetched again."""
         stamps = self.store.queued_stamps()
         old = view.stamps if view is not None else {}
         moved = [tid for tid, st in stamps.items() if old.get(tid) != st]
         if len(moved) > REFETCH_ONE_BY_ONE:
-            self._tasks = {t.id: t for t in self.store.list_tasks(TaskStatus.QUEUED)}
+            self._reset(self.store.list_tasks(TaskStatus.QUEUED))
         else:
-            for tid in list(self._tasks):
-                if tid not in stamps:
-                    del self._tasks[tid]
+            for tid in [tid for tid in self._tasks if tid not in stamps]:
+                self._drop(tid)
+                self._written.pop(tid, None)
             for tid in moved:
+                self._drop(tid)
                 t = self.store.get_task(tid)
                 if t is not None and t.status == TaskStatus.QUEUED:
-                    self._tasks[tid] = t
-                else:
-                    self._tasks.pop(tid, None)
+                    self._put(t)
+        self._held = self._hold(self.store.unfinished_dependencies())
+        return stamps
+
+    @staticmethod
+    def _hold(unfinished: Mapping[str, list[str]]) -> dict[str, str]:
+        return {tid: "after " + ", ".join(names) for tid, names in unfinished.items() if names}
+
+    # the queue in claim order, kept sorted as tasks come and go (never sorted whole again)
+    def _reset(self, tasks: Sequence[Task]) -> None:
+        self._tasks = {t.id: t for t in tasks}
+        self._order = sorted(((claim_order(t), t) for t in tasks), key=lambda e: e[0])
+        self._coders = Counter(t.coder or t.spec.coder for t in tasks)
         self._written = {k: v for k, v in self._written.items() if k in self._tasks}
-        unfinished = self.store.unfinished_dependencies()
-        held = {tid: "after " + ", ".join(names) for tid, names in unfinished.items()}
-        self._generation += 1
-        self._view = QueueView(
-            tasks=tuple(self._tasks.values()),
-            held=held,
-            paused=self.store.get_setting("fleet_paused") == "1",
-            rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
-            spent_today=self.store.spent_since(day),
-            day=day,
-            generation=self._generation,
-            stamps=stamps,
-            coders=frozenset(t.coder or t.spec.coder for t in self._tasks.values()),
-        )
-        return self._view
+        self._held = {k: v for k, v in self._held.items() if k in self._tasks}
+
+    def _put(self, t: Task) -> None:
+        self._tasks[t.id] = t
+        insort(self._order, (claim_order(t), t), key=lambda e: e[0])
+        self._coders[t.coder or t.spec.coder] += 1
+
+    def _drop(self, tid: str) -> None:
+        old = self._tasks.pop(tid, None)
+        if old is None:
+            return
+        key = claim_order(old)
+        i = bisect_left(self._order, key, key=lambda e: e[0])
+        if i < len(self._order) and self._order[i][1].id == tid:
+            del self._order[i]
+        else:  # pragma: no cover - the order and the map always agree
+            self._order = [e for e in self._order if e[1].id != tid]
+        self._coders[old.coder or old.spec.coder] -= 1
+        self._held.pop(tid, None)
 
     # -- deciding ------------------------------------------------------------------------------
     def plan(self, admitting: bool = False) -> Plan:
@@ -259,6 +348,7 @@ class Planner:
                 held=view.held,
                 account_of=lambda t, c: account_of(c, t.model or t.spec.model),
                 note_starting=not admitting,
+                ordered=True,
             )
             timed = [d.retry_at for _, d in out if not d.ok and d.retry_at is not None and d.retry_at > now]
             self._next_at = min(timed) if timed else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -220,6 +221,12 @@ def decide(
     return Decision(True)
 
 
+@functools.lru_cache(maxsize=4096)
+def _held(reason: str) -> Decision:
+    """One (immutable) decision per hold reason: a long held queue costs no allocations."""
+    return Decision(False, reason)
+
+
 def resolve_coder(task: Task, default_coder: str) -> str:
     """The coder a task runs with: frozen at first claim, else its spec's, else the default."""
     return task.coder or task.spec.coder or default_coder
@@ -240,6 +247,7 @@ def plan(
     held: Mapping[str, str] | None = None,
     account_of: Callable[[Task, str], str] | None = None,
     note_starting: bool = True,
+    ordered: bool = False,
 ) -> list[tuple[Task, Decision]]:
     """Simulate admission of every queued task in claim order, starting nothing.
 
@@ -250,7 +258,8 @@ def plan(
     dependencies); such a task, and one whose ``not_before`` is still ahead, is reported with
     that reason and takes nothing. Tasks not in ``queued`` are left out. ``note_starting=False``
     (the engine, which starts the admitted tasks at once) words a slot taken by one of them as
-    already running.
+    already running. ``ordered``: ``tasks`` are all queued and already in claim order (the
+    planner keeps them so), not sorted again.
     """
     held = held or {}
     state = inp
@@ -259,9 +268,11 @@ def plan(
     # once per kind and state, so a long queue of look-alikes costs little
     stage = 0
     seen: dict[tuple[object, ...], Decision] = {}
-    for task in sorted((t for t in tasks if t.status == TaskStatus.QUEUED), key=claim_order):
-        if task.id in held:
-            out.append((task, Decision(False, held[task.id])))
+    queue = tasks if ordered else sorted((t for t in tasks if t.status == TaskStatus.QUEUED), key=claim_order)
+    for task in queue:
+        why = held.get(task.id)
+        if why is not None:
+            out.append((task, _held(why)))
             continue
         if task.not_before is not None and task.not_before > inp.now:
             coder = resolve_coder(task, default_coder)

@@ -322,6 +322,7 @@ def zygote() -> int:
     answering each with ``PID START_TICKS`` on stdout. Forking this small, already started
     process costs about a millisecond; a new interpreter costs ten or more. It reaps the shims it
     forked; when the supervisor goes away (stdin closes) it exits and the shims live on."""
+    proctree.preload_prctl()  # every shim makes itself a subreaper: inherit ctypes, don't import it
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)

@@ -17,7 +17,7 @@ the tables, migrations and URL forms (``?schema=NAME``) in ``postgres_schema``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict
 from enum import Enum
 from typing import Any
@@ -223,7 +223,7 @@ class PostgresStore(PgBase):
 
     def tasks_changed_since(self, marker: int | None) -> TaskChanges:
         # no change counter here yet: every task, each time (correct; not incremental)
-        return TaskChanges(0, tuple(self.list_tasks()), full=True)
+        return TaskChanges(0, tuple(self.list_tasks()), full=True, incremental=False)
 
     def task_names(self) -> set[str]:
         return {r["name"] for r in self._all("SELECT name FROM tasks") if "~" not in r["name"]}
@@ -249,14 +249,28 @@ class PostgresStore(PgBase):
         )
         return {str(t[0]): t[1:] for t in (tuple(r.values()) for r in rows)}
 
-    def unfinished_dependencies(self) -> dict[str, list[str]]:
+    def unfinished_dependencies(self, touching: Collection[str] | None = None) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
+        if touching is None:
+            for r in self._all(
+                "SELECT d.task_id AS task_id, u.name AS name FROM deps d JOIN tasks q ON q.id = d.task_id"
+                " JOIN tasks u ON u.id = d.dep_id WHERE q.status = 'queued' AND u.status <> 'done'"
+                " ORDER BY u.seqno"
+            ):
+                out.setdefault(str(r["task_id"]), []).append(str(r["name"]))
+            return out
+        ids = sorted(set(touching))
         for r in self._all(
-            "SELECT d.task_id AS task_id, u.name AS name FROM deps d JOIN tasks q ON q.id = d.task_id"
-            " JOIN tasks u ON u.id = d.dep_id WHERE q.status = 'queued' AND u.status <> 'done'"
-            " ORDER BY u.seqno"
+            "WITH ex(id) AS (SELECT t.id FROM tasks t WHERE t.status = 'queued' AND t.id = ANY(%s)"
+            " UNION SELECT d.task_id FROM deps d JOIN tasks q ON q.id = d.task_id"
+            " WHERE q.status = 'queued' AND d.dep_id = ANY(%s))"
+            " SELECT ex.id AS task_id, u.name AS name FROM ex LEFT JOIN deps d ON d.task_id = ex.id"
+            " LEFT JOIN tasks u ON u.id = d.dep_id AND u.status <> 'done' ORDER BY u.seqno",
+            (ids, ids),
         ):
-            out.setdefault(str(r["task_id"]), []).append(str(r["name"]))
+            names = out.setdefault(str(r["task_id"]), [])
+            if r["name"] is not None:
+                names.append(str(r["name"]))
         return out
 
     def claim(

@@ -17,7 +17,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
@@ -167,6 +167,9 @@ class TaskChanges:
     tasks: tuple[Task, ...] = ()
     #: ``tasks`` is every task (the first call, or a store that cannot tell what changed)
     full: bool = False
+    #: False: this store cannot tell what changed (every answer is ``full``): a caller that needs
+    #: only part of the list (the planner: the queue) does better asking for that part
+    incremental: bool = True
 
 
 class Store(Protocol):
@@ -208,10 +211,14 @@ class Store(Protocol):
         """The tasks this task depends on."""
         ...
 
-    def unfinished_dependencies(self) -> dict[str, list[str]]:
+    def unfinished_dependencies(self, touching: Collection[str] | None = None) -> dict[str, list[str]]:
         """For every queued task with dependencies not done: their names (in queue order), in one
         query; queued tasks whose dependencies are all done are left out. (The planner's batch
-        form of ``dependencies``.)"""
+        form of ``dependencies``.)
+
+        ``touching``: only the queued tasks among these ids and the queued tasks that depend on
+        one of them (what a change to those tasks can release or hold), and every one of those
+        gets an entry, an empty list when nothing holds it."""
         ...
 
     def queued_stamps(self) -> dict[str, tuple[Any, ...]]:

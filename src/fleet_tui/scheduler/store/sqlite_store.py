@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -187,14 +187,29 @@ class SqliteStore(SqliteBase):
         )
         return {str(t[0]): t[1:] for t in (tuple(r) for r in rows)}
 
-    def unfinished_dependencies(self) -> dict[str, list[str]]:
+    def unfinished_dependencies(self, touching: Collection[str] | None = None) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
+        if touching is None:
+            for r in self._q(
+                "SELECT d.task_id, u.name FROM deps d JOIN tasks q ON q.id = d.task_id"
+                " JOIN tasks u ON u.id = d.dep_id WHERE q.status = 'queued' AND u.status != 'done'"
+                " ORDER BY u.seqno"
+            ):
+                out.setdefault(r[0], []).append(r[1])
+            return out
+        ids = json.dumps(sorted(set(touching)))
         for r in self._q(
-            "SELECT d.task_id, u.name FROM deps d JOIN tasks q ON q.id = d.task_id"
-            " JOIN tasks u ON u.id = d.dep_id WHERE q.status = 'queued' AND u.status != 'done'"
-            " ORDER BY u.seqno"
+            "WITH ex(id) AS (SELECT t.id FROM tasks t WHERE t.status = 'queued'"
+            " AND t.id IN (SELECT value FROM json_each(:ids))"
+            " UNION SELECT d.task_id FROM deps d JOIN tasks q ON q.id = d.task_id"
+            " WHERE q.status = 'queued' AND d.dep_id IN (SELECT value FROM json_each(:ids)))"
+            " SELECT ex.id, u.name FROM ex LEFT JOIN deps d ON d.task_id = ex.id"
+            " LEFT JOIN tasks u ON u.id = d.dep_id AND u.status != 'done' ORDER BY u.seqno",
+            {"ids": ids},
         ):
-            out.setdefault(r[0], []).append(r[1])
+            names = out.setdefault(r[0], [])
+            if r[1] is not None:
+                names.append(r[1])
         return out
 
     def claim(
