@@ -309,3 +309,41 @@ def test_a_task_that_always_crashes_is_parked_not_looped(tmp_path: Path) -> None
     assert st["status"] == "needs_human", st
     assert st["reason"].startswith("crashed: 3 attempts in a row"), st["reason"]
     assert st["attempt"] == 3 and st["retries_used"] == 0
+
+
+def _agents_overlapping(lines: list[str]) -> int:
+    """The most agents live at once, from their ``start NAME`` / ``end NAME`` lines."""
+    live: set[str] = set()
+    most = 0
+    for line in lines:
+        word, name = line.split()
+        if word == "start":
+            live.add(name)
+            most = max(most, len(live))
+        elif word == "end":
+            live.discard(name)
+    return most
+
+
+def test_a_slot_is_held_through_verification_and_freed_without_it(tmp_path: Path) -> None:
+    """``max_concurrent`` counts agents: a task without verifiers frees its slot as its agent
+    ends (the next one starts while its verdict is written), one with verifiers keeps it until
+    they have run. Either way no two agents ever run at once under a cap of one."""
+    home, log, tasks = tmp_path / "home", tmp_path / "log.txt", tmp_path / "tasks.toml"
+    agent = f"echo start $FLEET_TASK_NAME >> {log}; sleep 0.2; echo end $FLEET_TASK_NAME >> {log}"
+    lines = ["[defaults]", 'coder = "shell"', f'command = "{agent}"', ""]
+    for i in range(4):
+        lines += ["[[task]]", f'name = "plain{i}"', 'prompt = "x"', f"priority = {10 - i}", ""]
+    lines += ["[[task]]", 'name = "checked"', 'prompt = "x"', "priority = 1", ""]
+    lines += ["  [[task.verify]]", f'  run = "sleep 0.3; echo verified checked >> {log}"', ""]
+    lines += ["[[task]]", 'name = "after"', 'prompt = "x"', "priority = 0", ""]
+    tasks.write_text("\n".join(lines))
+    fleet(home, "load", str(tasks))
+    fleet(home, "run", "--until-idle", "--max-concurrent", "1", timeout=120)
+    assert {t["name"]: t["status"] for t in status(home)} == dict.fromkeys(
+        ["plain0", "plain1", "plain2", "plain3", "checked", "after"], "done"
+    )
+    got = log.read_text().split("\n")[:-1]
+    assert _agents_overlapping(got) == 1
+    # the verifier ran before the next agent started: its slot was held through it
+    assert got.index("verified checked") < got.index("start after"), got

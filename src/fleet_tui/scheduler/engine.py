@@ -174,7 +174,7 @@ class Engine(Controller):
             config=lambda: self.cfg,
             clock=self.clock,
             tags=self.tags,
-            running=lambda: len(self.runners),
+            running=self.slots_taken,
             headroom=lambda: self._headroom or read_headroom(self.home),
             mem=self.mem,
             midnight=midnight,
@@ -383,7 +383,7 @@ class Engine(Controller):
         return await anyio.to_thread.run_sync(self.planner.plan, admitting)
 
     async def _admit(self) -> bool:
-        if self._stopping or len(self.runners) >= self.cfg.max_concurrent:
+        if self._stopping or self.slots_taken() >= self.cfg.max_concurrent:
             return False
         decisions = await self.plan(admitting=True)
         if decisions is self._admitted:
@@ -395,7 +395,7 @@ class Engine(Controller):
             self.planner.recorded(changed)
         started = False
         for t, d in decisions:
-            if not d.ok or len(self.runners) >= self.cfg.max_concurrent or self._stopping:
+            if not d.ok or self.slots_taken() >= self.cfg.max_concurrent or self._stopping:
                 continue
             now = self.clock()
             task = await anyio.to_thread.run_sync(
@@ -490,10 +490,19 @@ class Engine(Controller):
         t = next((t for t in self._snapshot.tasks if t.id == task_id), None)
         return bool(t and t.asking)
 
+    def slots_taken(self) -> int:
+        """The runners that hold a slot (``max_concurrent``): every live agent, and an ended one
+        while its verifiers may still run. A task without verifiers lets go of its slot the
+        moment its agent ends, so the next agent starts while its verdict is written."""
+        return sum(1 for r in self.runners.values() if not r.released)
+
     async def _supervise(self, r: Running, launch: Launch) -> None:
         task = r.task
         try:
             result = await r.runner.run()
+            if not task.spec.verify:
+                r.released = True
+                self.wake()
             await self.reaper.finish(r, result)
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
@@ -618,7 +627,7 @@ class Engine(Controller):
             load=h.load_per_core if h else None,
             mem_available=h.mem_available if h else None,
             disk_free=h.disk_free if h else None,
-            running=len(self.runners),
+            running=self.slots_taken(),
             tags=self.tags,
             version=__version__,
         )

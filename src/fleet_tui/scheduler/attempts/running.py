@@ -40,6 +40,9 @@ class Running:
         self.base_tokens = 0
         #: the agent ended and its verifiers run (finish.py)
         self.verifying = False
+        #: the agent ended and nothing it needs holds its slot any more (no verifiers to run):
+        #: the engine may start the next agent while this attempt's verdict is written
+        self.released = False
 
 
 #: the user's verbs that stop an agent, and the stop reason each gives its runner

@@ -146,12 +146,15 @@ async def watch(
             continue
         poll = now - last_poll >= poll_s()
         gen = generation()
-        if gen is not None and gen == seen:
-            if not poll:
-                continue  # nothing changed, no poll due: no store read
-            if not any(is_linked(t.spec) for t in tasks()):
-                last_poll = now  # no pull request to poll
-                continue
+        if gen is not None and gen == seen and not poll:
+            continue  # nothing changed, no poll due: no store read
+        if gen is not None and not any(is_linked(t.spec) for t in tasks()):
+            # no task here has a GitHub record: no comment owed, no pull request to poll (a
+            # busy engine changes all the time; this keeps it from listing the store each round)
+            seen = gen
+            if poll:
+                last_poll = now
+            continue
         try:
             changed = await anyio.to_thread.run_sync(tick, store, now, actor, poll)
         except RateLimited as e:
