@@ -294,7 +294,8 @@ class Launcher:
         except (ValueError, OSError) as e:
             raise LaunchError(f"{name}: {e}") from e
         prompt = ctx.prompt
-        (adir / attemptdir.PROMPT).write_text(prompt)
+        prompt_file = adir / attemptdir.PROMPT
+        prompt_file.write_text(prompt, encoding="utf-8")
         followup.record(adir, plan, cmd)
         env = dict(os.environ)
         for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
@@ -348,6 +349,8 @@ class Launcher:
                 time.time() + self.cfg.lease_s / 2,  # the shim reads it against real time
                 pool=self._shim_pool(),
                 nice=self.cfg.agent_nice,
+                # a prompt read on stdin is read from the prompt file: one file less per attempt
+                stdin_file=prompt_file if stdin is not None and stdin == prompt.encode() else None,
             )
         except OSError as e:
             raise LaunchError(f"could not start the shim: {e}") from e

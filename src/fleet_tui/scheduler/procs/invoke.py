@@ -50,6 +50,9 @@ class Invocation:
     stdin: bytes | None
     workdir: Path
     attempt_dir: Path
+    #: a file that already holds ``stdin`` (the prompt file, for a coder that reads its prompt
+    #: on stdin): handed to the agent as it is instead of being written again
+    stdin_file: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,8 @@ def shim_command(inv: Invocation, grace_s: float, lease_deadline: float, nice: i
     shim's arguments for it."""
     adir = inv.attempt_dir
     adir.mkdir(parents=True, exist_ok=True)
-    stdin_file = None
-    if inv.stdin is not None:
+    stdin_file = inv.stdin_file
+    if stdin_file is None and inv.stdin is not None:
         stdin_file = adir / attemptdir.STDIN
         stdin_file.write_bytes(inv.stdin)
     attemptdir.write_lease(adir, lease_deadline)

@@ -74,10 +74,11 @@ def spawn_shim(
     lease_deadline: float,
     pool: ShimPool | None = None,
     nice: int = 0,
+    stdin_file: Path | None = None,
 ) -> ShimProcess:
     """Start the shim for an attempt in its own session (``invoke.start``); it survives this
-    process."""
-    inv = Invocation(tuple(argv), env, stdin_bytes, workdir, attempt_dir)
+    process. ``stdin_file``: a file that already holds ``stdin_bytes``."""
+    inv = Invocation(tuple(argv), env, stdin_bytes, workdir, attempt_dir, stdin_file)
     return invoke.start(inv, grace_s=grace_s, lease_deadline=lease_deadline, pool=pool, nice=nice)
 
 
