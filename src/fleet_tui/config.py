@@ -25,8 +25,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import tomlkit
-
 from fleet_tui.taskfile import did_you_mean, toml_key_lines
 from fleet_tui.trust import TrustError, check_trusted, read_capped
 
@@ -588,6 +586,8 @@ def _plain(value: Any) -> Any:
 
 
 def _toml_text(value: Any) -> str:
+    import tomlkit  # only ``config set`` writes TOML: not imported at every start
+
     return tomlkit.item(_plain(value)).as_string()
 
 
@@ -630,6 +630,8 @@ def set_value(path: Path, key: str, value_str: str) -> list[str]:
 
 
 def _set_value(path: Path, key: str, value: Any) -> list[str]:
+    import tomlkit  # only ``config set`` writes TOML: not imported at every start
+
     if not path.exists():
         write_default(path)
     try:

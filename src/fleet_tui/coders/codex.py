@@ -25,9 +25,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
-
-import tomlkit
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fleet_tui.coders.base import (
     AttemptContext,
@@ -40,6 +38,9 @@ from fleet_tui.coders.base import (
     write_private,
 )
 from fleet_tui.scheduler.model import Event, Outcome, RateLimit, Usage
+
+if TYPE_CHECKING:
+    import tomlkit
 
 #: the longest input Codex accepts (0.171: "Input exceeds the maximum length of 1048576 characters")
 MAX_INPUT_CHARS = 1 << 20
@@ -519,6 +520,8 @@ class CodexCoder(BaseCoder):
         return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
 
     def user_config(self) -> tomlkit.TOMLDocument | None:
+        import tomlkit  # only a codex attempt needs it: not imported at every start
+
         text = read_text(self.user_home() / "config.toml")
         if text is None:
             return None
@@ -529,6 +532,8 @@ class CodexCoder(BaseCoder):
 
     def config(self, ctx: AttemptContext) -> tomlkit.TOMLDocument:
         """The per-run config.toml: the user's whole config plus fleet's ask_human server."""
+        import tomlkit
+
         doc = self.user_config() or tomlkit.document()
         if not ctx.user_mcp:
             doc.pop("mcp_servers", None)
@@ -562,6 +567,8 @@ class CodexCoder(BaseCoder):
         home.mkdir(parents=True, exist_ok=True)
         if len(ctx.prompt) > MAX_INPUT_CHARS:
             write_private(self.prompt_file(ctx), ctx.prompt)
+        import tomlkit
+
         write_private(home / "config.toml", tomlkit.dumps(self.config(ctx)))
         user = self.user_home()
         auth = read_text(user / "auth.json")

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -48,6 +46,9 @@ class Telegram:
         self.stopped = False  # set when the config replaced this bot: its poller ends
 
     def call(self, method: str, payload: dict[str, Any], timeout: float | None = None) -> Any:
+        import urllib.error  # only a configured bot needs it (~20 ms at start otherwise)
+        import urllib.request
+
         req = urllib.request.Request(
             f"{self.api}/bot{self.token}/{method}",
             data=json.dumps(payload).encode(),

@@ -28,7 +28,7 @@ from fleet_tui.scheduler.model import Event, Task
 from fleet_tui.scheduler.policy.evidence import nothing_done
 from fleet_tui.scheduler.policy.headroom import MemoryModel
 from fleet_tui.scheduler.policy.outcome import Policy, Verdict, after_verify, decide
-from fleet_tui.scheduler.policy.verify import AgentReviewer, run_verifiers
+from fleet_tui.scheduler.policy.verify import AgentReviewer, VerifyResult, run_verifiers
 from fleet_tui.scheduler.procs.owned import reap_attempt
 from fleet_tui.scheduler.procs.runner import AttemptResult
 from fleet_tui.scheduler.sandbox.policy import verifier_wrap
@@ -170,11 +170,14 @@ class Reaper:
             reviewer.cancel = stop  # type: ignore[attr-defined]
         wrap = verifier_wrap(self.home, self._config().sandbox, task, workdir)
         r.verifying = True
-        vr = await anyio.to_thread.run_sync(
-            lambda: run_verifiers(
+
+        def check() -> VerifyResult:
+            return run_verifiers(
                 task.spec.verify, workdir, reviewer=reviewer, wrap=wrap, cancel=stop, home=self.home
             )
-        )
+
+        # no verifier: nothing blocks, no thread to hand it to
+        vr = await anyio.to_thread.run_sync(check) if task.spec.verify else check()
         r.verifying = False
         # a review is part of the task's cost (and of today's spend, through the attempt record)
         att["cost_usd"] += float(getattr(reviewer, "cost_usd", 0.0) or 0.0)
@@ -215,12 +218,10 @@ class Reaper:
         self, r: Running, task: Task, res: AttemptResult, v: Verdict, att: dict[str, Any]
     ) -> None:
         """Write the attempt's record and the task's move (fenced), then what follows from it."""
-        kept = await anyio.to_thread.run_sync(
-            lambda: self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att)
-        )
-        if not kept:
-            return  # the claim was lost while we finished: the new owner's record stands
         if v.status is None:
+            await anyio.to_thread.run_sync(
+                lambda: self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att)
+            )
             return
         # the task's usage covers every attempt and review: what came before plus this attempt
         total_cost = r.base_cost + att["cost_usd"]
@@ -255,7 +256,16 @@ class Reaper:
         status = v.status
         assert status is not None  # checked above; the budget only moves a retry to needs_human
         move = lc.verdict(status, v.reason, **fields)
-        new = await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
+
+        def write() -> tuple[bool, Task | None]:
+            # the attempt's record, then the task's move: one hand-over to a thread for both
+            if not self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att):
+                return False, None
+            return True, self.life.apply(task, move, held=True)
+
+        kept, new = await anyio.to_thread.run_sync(write)
+        if not kept:
+            return  # the claim was lost while we finished: the new owner's record stands
         if v.block_account_until:
             await self.rate_limits.block(r.account, res.outcome.resets_at, v.block_account_until)
         if r.runner.asked or task.asking:  # a question left pending dies with its attempt
