@@ -126,6 +126,9 @@ class Engine(Controller):
         self._hb_busy = False
         self.series = SeriesCollector(self.host)
         self.runners: dict[str, Running] = {}
+        #: claimed tasks whose attempt is being prepared and started (``_start``)
+        self._starting: set[str] = set()
+        self._start_settled: anyio.Event | None = None
         self.mem = MemoryModel()
         self._read_headroom = headroom or (lambda: read_headroom(self.home))
         self._headroom: Headroom | None = None
@@ -296,6 +299,7 @@ class Engine(Controller):
         self._leave_running = leave_running
         self._stopping = True
         self.wake()
+        await self._starts_settled()
         if leave_running:
             await self._hand_over()
             return
@@ -322,7 +326,13 @@ class Engine(Controller):
         while not self._stopping:
             self._wake = anyio.Event()
             started = await self._admit()
-            if until_idle and not self.runners and not started and await self._nothing_startable():
+            if (
+                until_idle
+                and not self.runners
+                and not self._starting
+                and not started
+                and await self._nothing_startable()
+            ):
                 return
             if started:
                 continue
@@ -337,6 +347,7 @@ class Engine(Controller):
             with anyio.move_on_after(timeout):
                 await self._wake.wait()
         # stopping: wait for runners to finish when they were told to stop
+        await self._starts_settled()
         if not self._leave_running:
             for r in list(self.runners.values()):
                 r.runner.stop("shutdown")
@@ -415,11 +426,31 @@ class Engine(Controller):
                 continue
             self.planner.claimed(task.id)
             started = True
-            await self._start(task)
+            # prepared and started on its own: the next claim need not wait for this one's files,
+            # store writes and fork (the slot counts as taken from now on: ``slots_taken``)
+            self._starting.add(task.id)
+            assert self._tg is not None
+            self._tg.start_soon(self._start, task)
         return started
 
     # -- one attempt --------------------------------------------------------------------------
     async def _start(self, task: Task) -> None:
+        try:
+            await self._start_one(task)
+        finally:
+            self._starting.discard(task.id)
+            if self._start_settled is not None:
+                self._start_settled.set()
+            self.wake()  # a start that failed gave its slot back
+
+    async def _starts_settled(self) -> None:
+        """Wait until every claimed task being started has its runner (or failed to start):
+        stopping, handing over or waiting for runners must see every one of them."""
+        while self._starting:
+            self._start_settled = anyio.Event()
+            await self._start_settled.wait()
+
+    async def _start_one(self, task: Task) -> None:
         self.publish_task(task)
         try:
             launch = await anyio.to_thread.run_sync(lambda: self.launcher.prepare(task))
@@ -491,10 +522,10 @@ class Engine(Controller):
         return bool(t and t.asking)
 
     def slots_taken(self) -> int:
-        """The runners that hold a slot (``max_concurrent``): every live agent, and an ended one
-        while its verifiers may still run. A task without verifiers lets go of its slot the
+        """The attempts that hold a slot (``max_concurrent``): every one being started, every live
+        agent, and an ended one while its verifiers may still run. A task without verifiers lets go of its slot the
         moment its agent ends, so the next agent starts while its verdict is written."""
-        return sum(1 for r in self.runners.values() if not r.released)
+        return len(self._starting) + sum(1 for r in self.runners.values() if not r.released)
 
     async def _supervise(self, r: Running, launch: Launch) -> None:
         task = r.task
