@@ -391,6 +391,8 @@ class Engine(Controller):
     async def plan(self, admitting: bool = False) -> Plan:
         """Every queued task with its admission decision here, now (``fleet-tui plan``); starts
         nothing. Reads the store only when something changed since the last plan."""
+        if not self.planner.needs_read():  # from memory: no thread hand-over for it
+            return self.planner.plan(admitting)
         return await anyio.to_thread.run_sync(self.planner.plan, admitting)
 
     async def _admit(self) -> bool:
@@ -522,9 +524,10 @@ class Engine(Controller):
         return bool(t and t.asking)
 
     def slots_taken(self) -> int:
-        """The attempts that hold a slot (``max_concurrent``): every one being started, every live
-        agent, and an ended one while its verifiers may still run. A task without verifiers lets go of its slot the
-        moment its agent ends, so the next agent starts while its verdict is written."""
+        """The attempts that hold a slot (``max_concurrent``): every one being started, every
+        live agent, and an ended one while its verifiers may still run. A task without verifiers
+        lets go of its slot the moment its agent ends, so the next agent starts while its
+        verdict is written."""
         return len(self._starting) + sum(1 for r in self.runners.values() if not r.released)
 
     async def _supervise(self, r: Running, launch: Launch) -> None:

@@ -201,18 +201,27 @@ class Planner:
         return headroom_key(h, gate_config(cfg), need, max(0, cfg.max_concurrent - self._running()))
 
     # -- reading -------------------------------------------------------------------------------
+    def needs_read(self) -> bool:
+        """Whether the next ``plan`` reads the store (else it decides from memory: no I/O, so
+        the engine may call it on its loop instead of handing it to a thread)."""
+        return self._stale(self._clock(), self.store.change_token())
+
+    def _stale(self, now: float, token: int) -> bool:
+        view = self._view
+        return (
+            view is None
+            or self._dirty
+            or token != self._token
+            or view.day != self._midnight(now)
+            or view.budgeted != (self._config().budget_usd_daily is not None)
+        )
+
     def _refresh(self, now: float) -> QueueView:
         token = self.store.change_token()  # first: a change during the reads moves it again
         day = self._midnight(now)
         budget = self._config().budget_usd_daily is not None
         view = self._view
-        if (
-            view is not None
-            and not self._dirty
-            and token == self._token
-            and view.day == day
-            and view.budgeted == budget
-        ):
+        if view is not None and not self._stale(now, token):
             return view
         self._dirty = False
         self._token = token
