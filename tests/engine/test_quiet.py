@@ -214,6 +214,13 @@ def _planner(store: Any, running: int = 0, head: Callable[[], Headroom] = plenty
     )
 
 
+def _chain(store: SqliteStore, n: int) -> list[str]:
+    """Queue ``n`` tasks, each after the one before; their names in order."""
+    names = [f"c{i:03d}" for i in range(n)]
+    store.add_tasks([spec(x, depends_on=tuple(names[i - 1 : i])) for i, x in enumerate(names)], time.time())
+    return names
+
+
 def test_a_plan_without_a_change_reads_nothing_and_decides_nothing(stores: Callable[[], SqliteStore]) -> None:
     inner = stores()
     counting = CountingStore(inner)
@@ -257,10 +264,7 @@ class NoCounterStore(CountingStore):
 def test_without_change_counters_the_planner_compares_stamps(stores: Callable[[], SqliteStore]) -> None:
     inner, writer = stores(), stores()
     counting = NoCounterStore(inner)
-    names = [f"c{i:03d}" for i in range(100)]
-    inner.add_tasks(
-        [spec(n, depends_on=(names[i - 1],) if i else ()) for i, n in enumerate(names)], time.time()
-    )
+    _chain(inner, 100)
     p = _planner(counting)
     decisions = {t.name: d for t, d in p.plan()}
     assert decisions["c000"].ok and decisions["c001"].reason == "after c000"
@@ -281,10 +285,7 @@ def test_a_long_chain_is_planned_from_the_changes_alone(stores: Callable[[], Sql
     decisions stay those of a planner that reads everything afresh."""
     inner = stores()
     counting = CountingStore(inner)
-    names = [f"c{i:03d}" for i in range(120)]
-    inner.add_tasks(
-        [spec(n, depends_on=(names[i - 1],) if i else ()) for i, n in enumerate(names)], time.time()
-    )
+    names = _chain(inner, 120)
     p = _planner(counting)
     for step in range(5):
         decisions = p.plan()
@@ -307,10 +308,7 @@ def test_a_long_chain_is_planned_from_the_changes_alone(stores: Callable[[], Sql
 def test_dependencies_are_one_batch_query_and_follow_changes(stores: Callable[[], SqliteStore]) -> None:
     inner = stores()
     counting = CountingStore(inner)
-    names = [f"c{i:03d}" for i in range(300)]
-    inner.add_tasks(
-        [spec(n, depends_on=(names[i - 1],) if i else ()) for i, n in enumerate(names)], time.time()
-    )
+    _chain(inner, 300)
     p = _planner(counting)
     decisions = {t.name: d for t, d in p.plan()}
     assert decisions["c000"].ok and decisions["c001"].reason == "after c000"
