@@ -1141,3 +1141,27 @@ def test_config_edit_applies_to_a_running_fleet_tui_run(tmp_path: Path) -> None:
             run.kill()
             run.wait(10)
     assert {t["status"] for t in by_name(home).values()} == {"done"}
+
+
+async def test_an_agent_that_finished_as_its_context_filled_is_verified_not_stuck(
+    make_fleet: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The runner flagged context pressure as the agent was ending with a success: the agent's
+    work goes to its verifiers (which must run, not be cancelled by that earlier stop), then the
+    task is done; it never stays in ``verifying`` on an illegal ``verifying -> verifying``."""
+    ran = tmp_path / "verified"
+    original = AttemptRunner.run
+
+    async def flagged_at_the_end(self: AttemptRunner) -> AttemptResult:
+        res = await original(self)
+        self.stop("context_pressure", "context 190000/200000 tokens >= 85%")
+        return replace(res, stop_reason="context_pressure", stop_detail=self.stop_detail)
+
+    monkeypatch.setattr(AttemptRunner, "run", flagged_at_the_end)
+    f = make_fleet()
+    check = VerifySpec(kind="run", run=f"touch {ran}")
+    await f.add(f.spec("full", "@sim steps=1", verify=(check,), max_retries=0))
+    await f.idle()
+    t = await f.task("full")
+    assert (t.status, t.reason, t.attempt) == (S.DONE, None, 1), (t.status, t.reason)
+    assert ran.exists()

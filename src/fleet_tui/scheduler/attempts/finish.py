@@ -165,6 +165,10 @@ class Reaper:
 
         # the evidence only matters when a verifier fails: none to run, no directory walk
         did_nothing = await anyio.to_thread.run_sync(judge) if task.spec.verify else False
+        if res.stop_reason is not None and r.runner.stop_reason == res.stop_reason:
+            # the agent finished as it was stopped (context pressure at its last turn): the
+            # verdict sent its work here; that stop must not cancel the verifiers nor decide again
+            r.runner.judged()
         stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
         if reviewer is not None:
             reviewer.cancel = stop  # type: ignore[attr-defined]

@@ -188,6 +188,12 @@ class AttemptRunner:
         self.watch: Callable[[AttemptRunner, list[Event], float], None] | None = None
 
     # -- control ------------------------------------------------------------------------------
+    def judged(self) -> None:
+        """The stop that ended the agent was judged (its verdict sends the work to verification):
+        forget it, so only a stop that comes later cuts the verifiers short."""
+        self.stop_reason = self.stop_detail = None
+        self.stop_event.clear()
+
     def stop(self, reason: str, detail: str | None = None) -> None:
         """Ask the shim to stop the agent (TERM, grace, KILL, descendants)."""
         if self.stop_reason is None:
