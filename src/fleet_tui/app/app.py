@@ -26,6 +26,7 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import Footer, Input, TextArea
 from textual.widgets._footer import FooterKey
 from textual.worker import Worker, WorkerState
@@ -195,7 +196,7 @@ class FleetApp(WheelKeys, App[None]):
             yield self.inbox
             yield self.gauges
         with Horizontal(id="footer-bar"):
-            yield Footer(compact=True, show_command_palette=False)
+            yield CockpitFooter(compact=True, show_command_palette=False)
             yield PinnedKeys(id="pinned-keys")
 
     def on_mount(self) -> None:
@@ -735,6 +736,36 @@ class FleetApp(WheelKeys, App[None]):
         except Exception as exc:
             self.notify(f"shutdown: {exc}", severity="error")
         self.exit()
+
+
+class CockpitFooter(Footer):
+    """Textual's footer, rebuilt only when the keys it shows change.
+
+    The footer rebuilds itself (a score of widgets unmounted and mounted, then a new layout) each
+    time its screen's bindings are refreshed, which Textual does on every focus change and every
+    return to the screen, changed or not: closing the help cost a rebuild of identical keys."""
+
+    _shown: tuple[object, ...] | None = None
+
+    def _signature(self, screen: Screen[object]) -> tuple[object, ...]:
+        return tuple(
+            (b.key, b.key_display, b.description, b.action, b.group, enabled, tooltip)
+            for _, b, enabled, tooltip in screen.active_bindings.values()
+            if b.show
+        )
+
+    def compose(self) -> ComposeResult:
+        if self._bindings_ready:
+            self._shown = self._signature(self.screen)
+        yield from super().compose()
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        if self._shown is not None and self.is_attached and screen is self.screen:
+            if screen is not self.app.screen:  # covered: it is refreshed again on the way back
+                return
+            if self._signature(screen) == self._shown:
+                return
+        super().bindings_changed(screen)
 
 
 class PinnedKeys(Horizontal):
