@@ -594,7 +594,10 @@ class FleetApp(WheelKeys, App[None]):
         return rows
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.help_sections()))
+        # built once and kept (the keys never change): opening it again mounts nothing
+        if not self.is_screen_installed("help"):
+            self.install_screen(HelpScreen(self.help_sections()), "help")
+        self.push_screen("help")
 
     def action_filter(self) -> None:
         flt = self.filter_input
