@@ -39,6 +39,8 @@ import os
 import re
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import unicodedata
@@ -62,6 +64,7 @@ from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import TaskSpec
 from fleet_tui.scheduler.states import TERMINAL
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
+from fleet_tui.scheduler.view import AttachedView
 from fleet_tui.screens.help import HelpScreen
 
 TICK = 0.010
@@ -443,9 +446,25 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
     ]
     store.add_tasks(specs, time.time())
     store.set_setting("fleet_paused", "1")  # the idle phase: every row there, no agent
-    engine = Engine(store, home, cfg)
+    engine_proc: subprocess.Popen[bytes] | None = None
+    if args.engine_process:  # the experiment: `fleet-tui run` in a process of its own, the cockpit attached
+        (home / "config.toml").write_text(
+            f"default_coder = 'sim'\nmax_concurrent = {args.agents}\nmax_load_per_core = 1000.0\n"
+            "mem_floor_gib = 0.1\ndisk_floor_gib = 0.1\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k not in ("FLEET_STORE", "FLEET_HOME")}
+        engine_proc = subprocess.Popen(
+            [sys.executable, "-m", "fleet_tui.cli", "--home", str(home), "run", "--quiet"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            preexec_fn=(lambda: os.nice(args.engine_nice)) if args.engine_nice else None,
+        )
+        engine: Engine | AttachedView = AttachedView(store, home, cfg)
+    else:
+        engine = Engine(store, home, cfg)
     hosted = EngineThread(engine, engine.run)
-    app = FleetApp(hosted, run_engine=hosted.run, on_quit="stop")
+    app = FleetApp(hosted, run_engine=hosted.run, on_quit="leave" if engine_proc else "stop")
     bare = BareApp(args.agents, app.help_sections())
     async with bare.run_test(size=(160, 48)):
         probe = Probe()
@@ -460,13 +479,17 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
         bare.exit()
 
     try:
-        phases = await cockpit_phases(args, app, hosted, engine)
+        phases = await cockpit_phases(args, app, hosted)
     except IdleOnly as stop:
         await hosted.shutdown(leave_running=False)
         hosted.stop()
         store.close()
         report(args, [base, stop.idle, Phase("load"), Phase("idle after")], None)
         return
+    finally:
+        if engine_proc is not None:
+            engine_proc.terminate()
+            engine_proc.wait(60)
     hosted.stop()
     store.close()
     report(args, [base, *phases], check_events(home, db))
@@ -478,11 +501,9 @@ class IdleOnly(Exception):
         self.idle = idle
 
 
-async def cockpit_phases(
-    args: argparse.Namespace, app: FleetApp, hosted: EngineThread, engine: Engine
-) -> list[Phase]:
+async def cockpit_phases(args: argparse.Namespace, app: FleetApp, hosted: EngineThread) -> list[Phase]:
     def finished() -> bool:
-        tasks = engine.snapshot().tasks
+        tasks = hosted.snapshot().tasks
         return len(tasks) == args.agents and all(t.status in TERMINAL for t in tasks)
 
     async with app.run_test(size=(160, 48)):
@@ -534,6 +555,13 @@ def main() -> None:
     ap.add_argument(
         "--idle-only", action="store_true", help="the baseline and the idle cockpit only (no agents)"
     )
+    ap.add_argument(
+        "--engine-process",
+        action="store_true",
+        help="the engine as a `fleet-tui run` process of its own and the cockpit attached to the store "
+        "(`--attach`), instead of the engine on a thread of the cockpit's process",
+    )
+    ap.add_argument("--engine-nice", type=int, default=0, help="with --engine-process: its niceness")
     args = ap.parse_args()
     if args.max_load_seconds is None:
         args.max_load_seconds = 3 * args.seconds + 60

@@ -421,6 +421,19 @@ class FleetApp(WheelKeys, App[None]):
         else:
             self.stream.follow(task_id, lambda: self.engine.events(task_id, None, FILL_LIMIT))
         self._retitle_stream(task_id)
+        self._shown_events()
+
+    def _shown_events(self) -> None:
+        """Tell the engine whose agent events the cockpit shows (the stream's task, an open detail
+        screen's): an engine that can (``follow_events``) hands over only those, not the whole
+        fleet's thousands a second for the cockpit to drop."""
+        follow = getattr(self.engine, "follow_events", None)
+        if follow is None:
+            return
+        ids = {s.fleet_task.id for s in self.screen_stack if isinstance(s, DetailScreen)}
+        if self.stream.task_id is not None:
+            ids.add(self.stream.task_id)
+        follow(frozenset(ids))
 
     def _retitle_stream(self, task_id: str | None) -> None:
         task = self.tasks.get(task_id) if task_id else None
@@ -557,7 +570,13 @@ class FleetApp(WheelKeys, App[None]):
     def action_detail(self) -> None:
         if (task := self._need_selected()) is not None:
             tid = task.id
-            self.push_screen(DetailScreen(self.engine, task, self.clock, lambda: self.tasks.get(tid)))
+            screen = DetailScreen(self.engine, task, self.clock, lambda: self.tasks.get(tid))
+
+            def closed(_: None) -> None:  # the screen leaves the stack after this callback
+                self.call_after_refresh(self._shown_events)
+
+            self.push_screen(screen, closed)
+            self._shown_events()
 
     async def action_new_task(self) -> None:
         async def submit(spec: TaskSpec) -> CommandResult:

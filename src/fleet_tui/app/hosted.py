@@ -12,7 +12,9 @@ asyncio loop on a thread of its own and keeps the cockpit's side to cheap hand-o
   the oldest items and gets a ``Notice`` saying how many, the engine never waits);
 - each command runs on the engine's loop and its result comes back to the caller's;
 - ``call(fn, ...)`` runs one of the engine-side functions that take the engine (follow-up,
-  approve, take over) on the engine's loop too.
+  approve, take over) on the engine's loop too;
+- ``follow_events(ids)`` says whose agent events the cockpit shows: the others are dropped on the
+  engine's loop, not carried over (an attached view does not even read them).
 
 Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
 Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
@@ -29,7 +31,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Notice, Snapshot, TaskSpec, Transition
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    Attempt,
+    EngineEvent,
+    Event,
+    Notice,
+    Snapshot,
+    TaskSpec,
+    Transition,
+)
 
 T = TypeVar("T")
 
@@ -48,6 +59,7 @@ class EngineThread:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._main: concurrent.futures.Future[None] | None = None
+        self._wanted: frozenset[str] | None = None  # agent events of these tasks only; None: all
 
     # ------------------------------------------------------------------ the engine's loop
 
@@ -142,6 +154,13 @@ class EngineThread:
         async def pump() -> None:  # on the engine's loop
             try:
                 async for batch in self.inner.subscribe():
+                    wanted = self._wanted
+                    if wanted is not None:
+                        batch = [
+                            e for e in batch if not isinstance(e, AgentEvent) or e.event.task_id in wanted
+                        ]
+                        if not batch:
+                            continue
                     here.call_soon_threadsafe(deliver, batch)
             finally:
                 if not here.is_closed():
@@ -171,6 +190,14 @@ class EngineThread:
                     return
         finally:
             feeding.cancel()
+
+    def follow_events(self, task_ids: frozenset[str] | None) -> None:
+        """Hand over the agent events of ``task_ids`` only (None: every task's). Other events are
+        unchanged. Called from the cockpit's thread: one reference, swapped whole."""
+        self._wanted = task_ids
+        inner = getattr(self.inner, "follow_events", None)
+        if inner is not None:
+            inner(task_ids)
 
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(engine, *args)`` on the engine's loop (the functions ``fleet-tui send``, ``approve``
