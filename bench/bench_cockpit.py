@@ -58,7 +58,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 
 from fleet_tui.app.app import STYLES, FleetApp
-from fleet_tui.app.hosted import EngineThread
+from fleet_tui.app.hosted import SWITCH_INTERVAL, EngineThread
 from fleet_tui.config import Config
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import TaskSpec
@@ -463,7 +463,8 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
         engine: Engine | AttachedView = AttachedView(store, home, cfg)
     else:
         engine = Engine(store, home, cfg)
-    hosted = EngineThread(engine, engine.run)
+    interval = args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL
+    hosted = EngineThread(engine, engine.run, switch_interval=interval)
     app = FleetApp(hosted, run_engine=hosted.run, on_quit="leave" if engine_proc else "stop")
     bare = BareApp(args.agents, app.help_sections())
     async with bare.run_test(size=(160, 48)):
@@ -562,6 +563,13 @@ def main() -> None:
         "(`--attach`), instead of the engine on a thread of the cockpit's process",
     )
     ap.add_argument("--engine-nice", type=int, default=0, help="with --engine-process: its niceness")
+    ap.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="the interpreter's switch interval while the engine is hosted (s; default: what fleet-tui "
+        "sets, hosted.SWITCH_INTERVAL; Python's own is 0.005)",
+    )
     args = ap.parse_args()
     if args.max_load_seconds is None:
         args.max_load_seconds = 3 * args.seconds + 60

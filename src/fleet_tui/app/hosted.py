@@ -16,6 +16,11 @@ asyncio loop on a thread of its own and keeps the cockpit's side to cheap hand-o
 - ``follow_events(ids)`` says whose agent events the cockpit shows: the others are dropped on the
   engine's loop, not carried over (an attached view does not even read them).
 
+Both threads share one interpreter lock. A thread that wants it waits up to the switch interval
+(5 ms by default) for a busy holder to let go, and the cockpit's loop takes it back after every
+wait for input: under a loud fleet its waits added up to a fifth of its late ticks. The engine's
+thread therefore starts with the interval at 1 ms (``SWITCH_INTERVAL``; bench/bench_cockpit.py).
+
 Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
 Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
 stopping on its own is still news) and stops it with ``shutdown()``.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -46,14 +52,24 @@ T = TypeVar("T")
 
 #: items the cockpit may fall behind by before the oldest are dropped (the bus's own bound)
 BACKLOG = 20_000
+#: the interpreter's switch interval while an engine is hosted (seconds; Python's default is 5 ms)
+SWITCH_INTERVAL = 0.001
 
 
 class EngineThread:
     """``EngineThread(engine, run=engine.run)``: ``engine`` (an Engine or an AttachedView) with its
-    loop on a thread named ``fleet-engine``."""
+    loop on a thread named ``fleet-engine``; ``switch_interval`` is set for the process when the
+    thread starts (None: left as it is)."""
 
-    def __init__(self, engine: Any, run: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        run: Callable[[], Awaitable[None]] | None = None,
+        *,
+        switch_interval: float | None = SWITCH_INTERVAL,
+    ) -> None:
         self.inner = engine
+        self.switch_interval = switch_interval
         self._run = run if run is not None else engine.run
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -86,6 +102,8 @@ class EngineThread:
                         loop.run_until_complete(loop.shutdown_asyncgens())
                         loop.close()
 
+                if self.switch_interval is not None:
+                    sys.setswitchinterval(self.switch_interval)
                 self._thread = threading.Thread(target=main, name="fleet-engine", daemon=True)
                 self._thread.start()
                 ready.wait()
