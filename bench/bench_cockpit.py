@@ -13,21 +13,28 @@ in three phases:
 3. idle after: N finished rows, no agent.
 
 For each phase: the app's event-loop lag (a 10 ms repeating ``call_later`` callback, how late it
-fires, p50/p99/max), the key-to-screen time (a key posted the way the terminal driver posts it,
-until the screen it changes has been refreshed: ``?`` opens the help, ``escape`` closes it,
-``down``/``up`` moves the queue cursor; p50/p99), and this process's RSS over time. Then every
-event is checked to be on disk: per attempt, the burst events stored in the SQLite store against
-the count the sim reports in its final result ("emitted N events") and the lines of its raw
-``stdout.jsonl``.
+fires, p50/p99/max), where the cockpit's thread spent the intervals whose tick came more than
+20 ms late (``/proc/thread-self/schedstat``: running, runnable but waiting for a CPU, or neither:
+the interpreter lock held by another thread), the key-to-screen time (a key posted the way the
+terminal driver posts it, until the screen it changes has been refreshed: ``?`` opens the help,
+``escape`` closes it, ``down``/``up`` moves the queue cursor; p50/p99), and this process's RSS
+over time. Then every event is checked to be on disk: per attempt, the burst events stored in the
+SQLite store against the count the sim reports in its final result ("emitted N events") and the
+lines of its raw ``stdout.jsonl``.
 
 It prints figures and ratios (goals: idle key-to-screen p50 within 1.5x the bare app's; p99
 key-to-screen under load within 2x idle; memory flat after the first minute of load); it asserts
-nothing. Keys are not sent with ``pilot.press`` because that
-waits for the process to go idle (up to a second per key under load), which is not what a person's
-key waits for.
+nothing. Keys are not sent with ``pilot.press`` because that waits for the process to go idle (up
+to a second per key under load), which is not what a person's key waits for. With a dozen keys
+per idle phase, a p99 there is nearly the slowest key: compare runs, not one ratio.
+
+Experiments: ``--engine-process`` runs the engine as a ``fleet-tui run`` process of its own and
+opens the cockpit attached to the store (``--attach``; ``--engine-nice`` renices it);
+``--switch-interval`` sets the interpreter's switch interval instead of ``fleet-tui``'s.
 
 Usage: python bench/bench_cockpit.py [--agents 32] [--rate 200] [--seconds 60] [--idle-seconds 15]
-       [--max-load-seconds S] [--idle-only]
+       [--max-load-seconds S] [--idle-only] [--engine-process [--engine-nice N]]
+       [--switch-interval S]
 """
 
 from __future__ import annotations
