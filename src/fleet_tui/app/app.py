@@ -765,7 +765,9 @@ class CockpitFooter(Footer):
 
     The footer rebuilds itself (a score of widgets unmounted and mounted, then a new layout) each
     time its screen's bindings are refreshed, which Textual does on every focus change and every
-    return to the screen, changed or not: closing the help cost a rebuild of identical keys."""
+    return to the screen, changed or not: opening the help emptied it (under the dialog) and
+    closing it rebuilt the same keys again. Under another screen it now stays as it was; back on
+    top it is rebuilt only if its keys differ from the ones it shows."""
 
     _shown: tuple[object, ...] | None = None
 

@@ -18,8 +18,9 @@ asyncio loop on a thread of its own and keeps the cockpit's side to cheap hand-o
 
 Both threads share one interpreter lock. A thread that wants it waits up to the switch interval
 (5 ms by default) for a busy holder to let go, and the cockpit's loop takes it back after every
-wait for input: under a loud fleet its waits added up to a fifth of its late ticks. The engine's
-thread therefore starts with the interval at 1 ms (``SWITCH_INTERVAL``; bench/bench_cockpit.py).
+wait for input: under 32 loud agents those waits were 7-19 % of the time its late ticks lost
+(3-10 % at 1 ms). The engine's thread therefore starts with the interval at 1 ms
+(``SWITCH_INTERVAL``; bench/bench_cockpit.py measures both).
 
 Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
 Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
