@@ -1,10 +1,12 @@
 """The cockpit never waits on the engine: with a real engine on a real store, no store call is made
-on the cockpit's own thread (issue 14). Asserted by recording the thread of every store call, not
-by timing anything."""
+on the cockpit's own thread, and no engine code runs there (issue 14). Asserted by recording the
+thread of every store call and profiling the cockpit's thread, not by timing anything."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,11 +21,13 @@ from fleet_tui.config import Config
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.engine import Engine
-from fleet_tui.scheduler.model import EngineEvent, Notice, TaskSpec
-from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.model import AgentEvent, EngineEvent, Event, Notice, TaskSpec
+from fleet_tui.scheduler.states import TERMINAL, TaskStatus
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from fleet_tui.scheduler.view import AttachedView
 from fleet_tui.screens.detail import DetailScreen
+
+from . import scenarios as sc
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -207,3 +211,186 @@ async def test_an_engine_that_fails_on_its_thread_fails_its_run() -> None:
             await hosted.run()
     finally:
         hosted.stop()
+
+
+class EngineWorkWatch:
+    """A profile hook for the cockpit's thread: notes every engine-side function that runs there
+    (the engine's packages, not the values that cross the boundary), every SQLite call and every
+    ``time.sleep``. Instrumentation, not timing: what ran on the loop, not how long it took."""
+
+    ROOT = Path(__file__).resolve().parents[2] / "src" / "fleet_tui"
+    ENGINE_SIDE = ("scheduler", "coders", "notify", "sandbox", "github")
+    #: what the cockpit may run of the engine's code: the values crossing the boundary (model,
+    #: states, api), their display helpers, and the engine's snapshot (a reference read)
+    ALLOWED_FILES = ("scheduler/model.py", "scheduler/states.py", "scheduler/api.py", "scheduler/series.py")
+    ALLOWED_FUNCTIONS = {
+        ("scheduler/engine.py", "snapshot"),
+        ("scheduler/humans/inbox.py", "sanitize_for_display"),
+    }
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.calls = 0
+        self._verdict: dict[object, str | None] = {}
+
+    def _engine_side(self, code: Any) -> str | None:
+        verdict = self._verdict.get(code, "?")
+        if verdict == "?":
+            verdict = None
+            try:
+                rel = Path(code.co_filename).resolve().relative_to(self.ROOT).as_posix()
+            except ValueError:
+                rel = ""
+            if (
+                rel.startswith(self.ENGINE_SIDE)
+                and rel not in self.ALLOWED_FILES
+                and (rel, code.co_name) not in self.ALLOWED_FUNCTIONS
+            ):
+                verdict = f"{rel}:{code.co_qualname}"
+            self._verdict[code] = verdict
+        return verdict
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        self.calls += 1
+        if event == "call":
+            if (where := self._engine_side(frame.f_code)) is not None:
+                self.seen.add(where)
+        elif event == "c_call":
+            owner = getattr(arg, "__self__", None)
+            if isinstance(owner, sqlite3.Connection | sqlite3.Cursor):
+                self.seen.add(f"sqlite3 {arg.__name__}")
+            elif arg is time.sleep:
+                self.seen.add("time.sleep")
+
+
+async def test_the_cockpits_loop_never_runs_engine_work(tmp_path: Path) -> None:
+    """Issue 14: while agents stream and keys act on them, nothing of the engine's work (store,
+    parsing, planning, notifications) runs on the cockpit's thread, only hand-overs."""
+    raw = SqliteStore(str(tmp_path / "fleet.db"))
+    prompt = "@sim burst=200 seconds=2\n"
+    raw.add_tasks(
+        [TaskSpec(name=f"loud-{i}", prompt=prompt, cwd=str(tmp_path), coder="sim") for i in range(2)], 1.0
+    )
+    engine = Engine(raw, tmp_path, CFG)
+    hosted = EngineThread(engine, engine.run)
+    app = FleetApp(hosted, on_quit="leave", run_engine=hosted.run)
+    watch = EngineWorkWatch()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.queue.row_count == 2, "the queue")
+            sys.setprofile(watch)  # this thread only: the cockpit's loop
+            try:
+                await wait_for(pilot, lambda: app.stream.flushes > 0, "live events on the stream")
+                for key in ("down", "up"):
+                    await pilot.press(key)
+                app.queue.select_id(min(app.tasks))
+                await pilot.press("enter")
+                await wait_for(
+                    pilot, lambda: isinstance(app.screen, DetailScreen) and app.screen.loaded, "detail"
+                )
+                await pilot.press("escape")
+                await pilot.press("P")
+                await wait_for(pilot, lambda: app.snap.gauges.paused, "paused", timeout=30)
+                await pilot.press("P")
+                await wait_for(pilot, lambda: not app.snap.gauges.paused, "resumed", timeout=30)
+                await wait_for(
+                    pilot, lambda: all(t.status in TERMINAL for t in app.tasks.values()), "both done", 60
+                )
+            finally:
+                sys.setprofile(None)
+            await hosted.shutdown(leave_running=False)
+    finally:
+        hosted.stop()
+        raw.close()
+    assert watch.calls > 1000, "the hook saw the cockpit at work"
+    assert sorted(watch.seen) == []
+
+
+def _ev(task_id: str, seq: int) -> Event:
+    return Event(task_id=task_id, attempt=1, seq=seq, ts=1.0, kind="text", text=f"{task_id} {seq}")
+
+
+async def test_the_hand_over_carries_only_the_followed_tasks_agent_events() -> None:
+    fake = ThreadFake()
+    hosted = EngineThread(fake, fake.run)
+    runner = asyncio.create_task(hosted.run())
+    stream = hosted.subscribe().__aiter__()
+    try:
+        first = asyncio.ensure_future(stream.__anext__())
+        deadline = time.monotonic() + 30
+        while fake.bus.subscribers == 0:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        hosted.follow_events(frozenset({"t-1"}))
+
+        async def publish(engine: ThreadFake) -> None:
+            engine.bus.publish([AgentEvent(_ev("t-2", 0))])  # nothing for the cockpit: no batch
+            engine.bus.publish([AgentEvent(_ev("t-1", 0)), AgentEvent(_ev("t-2", 1)), Notice("n")])
+
+        await hosted.call(publish)
+        assert await asyncio.wait_for(first, 30) == [AgentEvent(_ev("t-1", 0)), Notice("n")]
+        hosted.follow_events(None)  # every task's again
+        await hosted.call(publish)
+        got: list[EngineEvent] = []
+        while len(got) < 4:
+            got += await asyncio.wait_for(stream.__anext__(), 30)
+        assert [e.event.task_id for e in got if isinstance(e, AgentEvent)] == ["t-2", "t-1", "t-2"]
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+        runner.cancel()
+        hosted.stop()
+
+
+async def test_an_attached_view_reads_only_the_followed_tasks_events_and_never_leaves_a_gap(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        store.add_tasks([TaskSpec(name=n, prompt="x", cwd=str(tmp_path), coder="shell") for n in "ab"], 1.0)
+        a, b = (store.claim("e1", "h", (), 1.0, 60.0, "shell", None) for _ in "ab")
+        assert a is not None and b is not None
+        view = AttachedView(store, tmp_path, CFG)
+        published: list[EngineEvent] = []
+        view.bus.publish = published.extend  # type: ignore[method-assign,assignment]
+        view.follow_events(frozenset({a.id}))
+        await view.refresh()
+        await view.poll_events()  # first sight: each task's position
+        store.append_events([_ev(a.id, 0)])
+        store.append_events([_ev(b.id, 0)])
+        published.clear()
+        await view.poll_events()
+        assert published == [AgentEvent(_ev(a.id, 0))]  # b's was not even read
+        store.append_events([_ev(b.id, 1)])  # after the last look, before b is followed
+        view.follow_events(frozenset({a.id, b.id}))
+        published.clear()
+        await view.poll_events()
+        assert published == [AgentEvent(_ev(b.id, 1))]
+        view.follow_events(None)
+        store.append_events([_ev(a.id, 1), _ev(b.id, 2)])
+        published.clear()
+        await view.poll_events()
+        assert published == [AgentEvent(_ev(a.id, 1)), AgentEvent(_ev(b.id, 2))]
+    finally:
+        store.close()
+
+
+async def test_the_cockpit_follows_the_events_of_the_stream_and_detail_screens_tasks() -> None:
+    engine = sc.several_running()
+    followed: list[frozenset[str] | None] = []
+    engine.follow_events = followed.append  # type: ignore[attr-defined]
+    app = sc.make_app(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.stream.task_id is not None, "the stream")
+        first = app.stream.task_id
+        assert followed[-1] == {first}
+        await pilot.press("down")
+        await wait_for(pilot, lambda: app.stream.task_id != first, "the next task")
+        second = app.stream.task_id
+        assert second is not None and followed[-1] == {second}
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DetailScreen), "detail")
+        assert followed[-1] == {second}
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, DetailScreen), "back")
+        await pilot.pause()
+        assert followed[-1] == {second}

@@ -325,6 +325,16 @@ async def test_help_lists_every_binding() -> None:
         assert {"ctrl+p", "tab / shift+tab"} <= keys
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        first = app.screen_stack[-1]
+        await pilot.press("question_mark")  # the help is kept: the second opening is the same one
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        again = app.screen
+        await pilot.press("question_mark")  # ? closes it too
+        await wait_for(pilot, lambda: app.screen is first)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: app.screen is again)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is first)
 
 
 async def test_command_palette_runs_actions() -> None:

@@ -26,6 +26,7 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import Footer, Input, TextArea
 from textual.widgets._footer import FooterKey
 from textual.worker import Worker, WorkerState
@@ -195,7 +196,7 @@ class FleetApp(WheelKeys, App[None]):
             yield self.inbox
             yield self.gauges
         with Horizontal(id="footer-bar"):
-            yield Footer(compact=True, show_command_palette=False)
+            yield CockpitFooter(compact=True, show_command_palette=False)
             yield PinnedKeys(id="pinned-keys")
 
     def on_mount(self) -> None:
@@ -420,6 +421,19 @@ class FleetApp(WheelKeys, App[None]):
         else:
             self.stream.follow(task_id, lambda: self.engine.events(task_id, None, FILL_LIMIT))
         self._retitle_stream(task_id)
+        self._shown_events()
+
+    def _shown_events(self) -> None:
+        """Tell the engine whose agent events the cockpit shows (the stream's task, an open detail
+        screen's): an engine that can (``follow_events``) hands over only those, not the whole
+        fleet's thousands a second for the cockpit to drop."""
+        follow = getattr(self.engine, "follow_events", None)
+        if follow is None:
+            return
+        ids = {s.fleet_task.id for s in self.screen_stack if isinstance(s, DetailScreen)}
+        if self.stream.task_id is not None:
+            ids.add(self.stream.task_id)
+        follow(frozenset(ids))
 
     def _retitle_stream(self, task_id: str | None) -> None:
         task = self.tasks.get(task_id) if task_id else None
@@ -556,7 +570,13 @@ class FleetApp(WheelKeys, App[None]):
     def action_detail(self) -> None:
         if (task := self._need_selected()) is not None:
             tid = task.id
-            self.push_screen(DetailScreen(self.engine, task, self.clock, lambda: self.tasks.get(tid)))
+            screen = DetailScreen(self.engine, task, self.clock, lambda: self.tasks.get(tid))
+
+            def closed(_: None) -> None:  # the screen leaves the stack after this callback
+                self.call_after_refresh(self._shown_events)
+
+            self.push_screen(screen, closed)
+            self._shown_events()
 
     async def action_new_task(self) -> None:
         async def submit(spec: TaskSpec) -> CommandResult:
@@ -593,7 +613,10 @@ class FleetApp(WheelKeys, App[None]):
         return rows
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.help_sections()))
+        # built once and kept (the keys never change): opening it again mounts nothing
+        if not self.is_screen_installed("help"):
+            self.install_screen(HelpScreen(self.help_sections()), "help")
+        self.push_screen("help")
 
     def action_filter(self) -> None:
         flt = self.filter_input
@@ -735,6 +758,38 @@ class FleetApp(WheelKeys, App[None]):
         except Exception as exc:
             self.notify(f"shutdown: {exc}", severity="error")
         self.exit()
+
+
+class CockpitFooter(Footer):
+    """Textual's footer, rebuilt only when the keys it shows change.
+
+    The footer rebuilds itself (a score of widgets unmounted and mounted, then a new layout) each
+    time its screen's bindings are refreshed, which Textual does on every focus change and every
+    return to the screen, changed or not: opening the help emptied it (under the dialog) and
+    closing it rebuilt the same keys again. Under another screen it now stays as it was; back on
+    top it is rebuilt only if its keys differ from the ones it shows."""
+
+    _shown: tuple[object, ...] | None = None
+
+    def _signature(self, screen: Screen[object]) -> tuple[object, ...]:
+        return tuple(
+            (b.key, b.key_display, b.description, b.action, b.group, enabled, tooltip)
+            for _, b, enabled, tooltip in screen.active_bindings.values()
+            if b.show
+        )
+
+    def compose(self) -> ComposeResult:
+        if self._bindings_ready:
+            self._shown = self._signature(self.screen)
+        yield from super().compose()
+
+    def bindings_changed(self, screen: Screen[object]) -> None:
+        if self._shown is not None and self.is_attached and screen is self.screen:
+            if screen is not self.app.screen:  # covered: it is refreshed again on the way back
+                return
+            if self._signature(screen) == self._shown:
+                return
+        super().bindings_changed(screen)
 
 
 class PinnedKeys(Horizontal):

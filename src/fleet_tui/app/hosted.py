@@ -12,7 +12,15 @@ asyncio loop on a thread of its own and keeps the cockpit's side to cheap hand-o
   the oldest items and gets a ``Notice`` saying how many, the engine never waits);
 - each command runs on the engine's loop and its result comes back to the caller's;
 - ``call(fn, ...)`` runs one of the engine-side functions that take the engine (follow-up,
-  approve, take over) on the engine's loop too.
+  approve, take over) on the engine's loop too;
+- ``follow_events(ids)`` says whose agent events the cockpit shows: the others are dropped on the
+  engine's loop, not carried over (an attached view does not even read them).
+
+Both threads share one interpreter lock. A thread that wants it waits up to the switch interval
+(5 ms by default) for a busy holder to let go, and the cockpit's loop takes it back after every
+wait for input: under 32 loud agents those waits were 7-19 % of the time its late ticks lost
+(3-10 % at 1 ms). The engine's thread therefore starts with the interval at 1 ms
+(``SWITCH_INTERVAL``; bench/bench_cockpit.py measures both).
 
 Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
 Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
@@ -23,31 +31,52 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from fleet_tui.scheduler.api import CommandResult
-from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Notice, Snapshot, TaskSpec, Transition
+from fleet_tui.scheduler.model import (
+    AgentEvent,
+    Attempt,
+    EngineEvent,
+    Event,
+    Notice,
+    Snapshot,
+    TaskSpec,
+    Transition,
+)
 
 T = TypeVar("T")
 
 #: items the cockpit may fall behind by before the oldest are dropped (the bus's own bound)
 BACKLOG = 20_000
+#: the interpreter's switch interval while an engine is hosted (seconds; Python's default is 5 ms)
+SWITCH_INTERVAL = 0.001
 
 
 class EngineThread:
     """``EngineThread(engine, run=engine.run)``: ``engine`` (an Engine or an AttachedView) with its
-    loop on a thread named ``fleet-engine``."""
+    loop on a thread named ``fleet-engine``; ``switch_interval`` is set for the process when the
+    thread starts (None: left as it is)."""
 
-    def __init__(self, engine: Any, run: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        run: Callable[[], Awaitable[None]] | None = None,
+        *,
+        switch_interval: float | None = SWITCH_INTERVAL,
+    ) -> None:
         self.inner = engine
+        self.switch_interval = switch_interval
         self._run = run if run is not None else engine.run
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._main: concurrent.futures.Future[None] | None = None
+        self._wanted: frozenset[str] | None = None  # agent events of these tasks only; None: all
 
     # ------------------------------------------------------------------ the engine's loop
 
@@ -74,6 +103,8 @@ class EngineThread:
                         loop.run_until_complete(loop.shutdown_asyncgens())
                         loop.close()
 
+                if self.switch_interval is not None:
+                    sys.setswitchinterval(self.switch_interval)
                 self._thread = threading.Thread(target=main, name="fleet-engine", daemon=True)
                 self._thread.start()
                 ready.wait()
@@ -142,6 +173,13 @@ class EngineThread:
         async def pump() -> None:  # on the engine's loop
             try:
                 async for batch in self.inner.subscribe():
+                    wanted = self._wanted
+                    if wanted is not None:
+                        batch = [
+                            e for e in batch if not isinstance(e, AgentEvent) or e.event.task_id in wanted
+                        ]
+                        if not batch:
+                            continue
                     here.call_soon_threadsafe(deliver, batch)
             finally:
                 if not here.is_closed():
@@ -171,6 +209,14 @@ class EngineThread:
                     return
         finally:
             feeding.cancel()
+
+    def follow_events(self, task_ids: frozenset[str] | None) -> None:
+        """Hand over the agent events of ``task_ids`` only (None: every task's). Other events are
+        unchanged. Called from the cockpit's thread: one reference, swapped whole."""
+        self._wanted = task_ids
+        inner = getattr(self.inner, "follow_events", None)
+        if inner is not None:
+            inner(task_ids)
 
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(engine, *args)`` on the engine's loop (the functions ``fleet-tui send``, ``approve``

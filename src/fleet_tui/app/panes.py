@@ -41,7 +41,9 @@ class FleetHeader(Static):
         self.line = header_text(title, snap, questions, now, self.content_region.width or None)
 
     def watch_line(self, line: str) -> None:
-        self.update(Text(line, no_wrap=True, overflow="ellipsis"))
+        # one line high whatever it says: no new layout (a layout is a reflow and a repaint of
+        # the whole screen, several times a second while tasks change)
+        self.update(Text(line, no_wrap=True, overflow="ellipsis"), layout=False)
 
 
 class PulseRow(Horizontal):
@@ -59,7 +61,8 @@ class PulseRow(Horizontal):
 
     def set(self, pulse: Pulse) -> None:
         who = "" if pulse.host == "fleet" else f"{pulse.host} "
-        self.label.update(Text(inert(f"{who}{pulse.label} {pulse.now}", one_line=True), no_wrap=True))
+        text = Text(inert(f"{who}{pulse.label} {pulse.now}", one_line=True), no_wrap=True)
+        self.label.update(text, layout=False)  # a fixed width, one line: its size never changes
         # the line always spans the hour: a young fleet's few buckets sit at the right end
         # instead of being stretched over the whole width
         values = list(pulse.values)
@@ -91,6 +94,7 @@ class GaugesPane(Vertical):
         self.snap: Snapshot | None = None
         self.now = 0.0
         self._rows: list[PulseRow] = []
+        self._bar_lines = -1
 
     def compose(self) -> ComposeResult:
         yield self.bars
@@ -128,7 +132,10 @@ class GaugesPane(Vertical):
         paired = len(rows) > height
         label_w = min(max((len(r.label) for r in rows), default=5), 10) + 1
         lines = self._pairs(rows, width) if paired else [self._line(r, width, label_w) for r in rows]
-        self.bars.update(Text("\n").join(lines[:height] if paired else lines))
+        shown_lines = lines[:height] if paired else lines
+        # a new layout (a reflow and a repaint of the whole screen) only when the line count moved
+        self.bars.update(Text("\n").join(shown_lines), layout=len(shown_lines) != self._bar_lines)
+        self._bar_lines = len(shown_lines)
         hidden = max(len(lines) - height, 0)
         self.border_subtitle = (
             f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 
+from rich.text import Text
 from textual.geometry import Size
 from textual.reactive import Reactive
 from textual.widgets import RichLog
@@ -103,13 +104,17 @@ class StreamLog(RichLog):
 
     def _write_events(self, events: Iterable[Event]) -> None:
         width = self.scrollable_content_region.width or 120
-        wrote = False
+        lines: list[Text] = []
         for ev in events:
             key = (ev.attempt, ev.seq)
             if key <= self._last:
                 continue
             self._last = key
-            self.write(event_line(ev, max(width, 20), self._styles), scroll_end=None)
-            wrote = True
-        if wrote:
+            lines.append(event_line(ev, max(width, 20), self._styles))
+        if lines:
+            # one write for the frame's lines: a write renders, measures, resizes and scrolls the
+            # log once, whatever it holds (twenty events a frame cost twenty of each)
+            self.write(
+                Text("\n").join(lines[-self.max_lines :] if self.max_lines else lines), scroll_end=None
+            )
             self.flushes += 1

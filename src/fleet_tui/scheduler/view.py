@@ -197,6 +197,7 @@ class AttachedView(Controller):
         self._stop = False
         self._engine_live: bool | None = None
         self._tasks = TaskMirror()
+        self._followed: frozenset[str] | None = None
         self.merger = Merger(self.life, home, lambda: self.cfg.keep_worktrees)
 
     def snapshot(self) -> Snapshot:
@@ -236,16 +237,26 @@ class AttachedView(Controller):
                 out.append(Notice(text))
         self.bus.publish(out)
 
+    def follow_events(self, task_ids: frozenset[str] | None) -> None:
+        """Read and publish the agent events of ``task_ids`` only (None: every live task's): the
+        cockpit shows one task's stream, and reading a loud fleet's every event cost it more than
+        all it draws. The others' positions still move, so a task followed later starts where
+        its events are, never with a gap (the stream's first fill overlaps; it drops repeats)."""
+        self._followed = task_ids
+
     async def poll_events(self) -> None:
         live = [t for t in self._snapshot.tasks if t.status in ACTIVE or t.id in self._seen]
+        followed = self._followed
 
         def work() -> list[Event]:
             got: list[Event] = []
             for t in live:
                 after = self._seen.get(t.id)
-                if after is None:
+                if after is None or (followed is not None and t.id not in followed):
                     last = self.store.last_events(t.id, 1)
                     self._seen[t.id] = (last[-1].attempt, last[-1].seq) if last else (0, -1)
+                    if after is not None and t.status not in ACTIVE:
+                        self._seen.pop(t.id, None)
                     continue
                 evs = self.store.events(t.id, after=after, limit=2000)
                 if evs:
