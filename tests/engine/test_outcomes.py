@@ -1165,3 +1165,31 @@ async def test_an_agent_that_finished_as_its_context_filled_is_verified_not_stuc
     t = await f.task("full")
     assert (t.status, t.reason, t.attempt) == (S.DONE, None, 1), (t.status, t.reason)
     assert ran.exists()
+
+
+async def test_stopping_while_a_task_is_being_started_does_not_wait_for_its_setup(
+    make_fleet: Callable[..., Fleet], repo: Path, tmp_path: Path
+) -> None:
+    """Attempts are started side by side with the engine's loop: a stop that comes while one is
+    being prepared (its worktree's setup still running) returns at once, and the attempt, once
+    started, is stopped with the fleet (back to the queue), not left running."""
+    began, ended = tmp_path / "setup-began", tmp_path / "setup-ended"
+    f = make_fleet()
+    setup = f"touch {began}; sleep 3; touch {ended}"
+    async with f.running() as engine:
+        spec = f.spec("slow-setup", "@sim steps=50 pace=0.2", cwd=str(repo), git_ref="main", setup=setup)
+        await f.add(spec)
+
+        async def setup_began() -> bool | None:
+            return began.exists() or None
+
+        await f.wait(setup_began, timeout=30.0, what="the worktree setup to begin")
+        await engine.shutdown(leave_running=False)
+        assert not ended.exists()  # the stop did not wait out the setup (3 s)
+    t = await f.task("slow-setup")
+    assert ended.exists()  # the engine's run ended after the start settled
+    assert (t.status, t.reason) == (S.QUEUED, "stopped with the fleet"), (t.status, t.reason)
+    for a in await f.attempts("slow-setup"):
+        shim = read_shim(Path(a.dir))
+        if shim is not None and shim.agent_pid:
+            assert not psutil.pid_exists(shim.agent_pid)

@@ -299,7 +299,6 @@ class Engine(Controller):
         self._leave_running = leave_running
         self._stopping = True
         self.wake()
-        await self._starts_settled()
         if leave_running:
             await self._hand_over()
             return
@@ -315,12 +314,13 @@ class Engine(Controller):
         """Keep the leases of running agents alive long enough for a later engine to adopt them."""
         if not self._leave_running:
             return
-        hold_s = self.cfg.leave_running_h * 3600
         for r in list(self.runners.values()):
-            write_lease(r.dir, time.time() + hold_s)  # the shim's clock
-            await anyio.to_thread.run_sync(
-                self.store.extend_lease, r.task.id, self.owner, self.clock() + hold_s
-            )
+            await self._hand_over_one(r)
+
+    async def _hand_over_one(self, r: Running) -> None:
+        hold_s = self.cfg.leave_running_h * 3600
+        write_lease(r.dir, time.time() + hold_s)  # the shim's clock
+        await anyio.to_thread.run_sync(self.store.extend_lease, r.task.id, self.owner, self.clock() + hold_s)
 
     async def _schedule_loop(self, until_idle: bool) -> None:
         while not self._stopping:
@@ -444,6 +444,14 @@ class Engine(Controller):
             if self._start_settled is not None:
                 self._start_settled.set()
             self.wake()  # a start that failed gave its slot back
+        r = self.runners.get(task.id)
+        if r is not None and self._stopping:
+            # the fleet stopped while this one was being started (a long worktree setup, say):
+            # it gets what the others got, without holding up the stop
+            if self._leave_running:
+                await self._hand_over_one(r)
+            else:
+                r.runner.stop(StopReason.SHUTDOWN)
 
     async def _starts_settled(self) -> None:
         """Wait until every claimed task being started has its runner (or failed to start):
