@@ -177,8 +177,8 @@ class Planner:
             self._drop(task_id)
             self._written.pop(task_id, None)
             self._generation += 1
-            tasks = tuple(t for _, t in self._order)
-            self._view = replace(view, tasks=tasks, held=dict(self._held), generation=self._generation)
+            held = dict(self._held)
+            self._view = replace(view, tasks=self._queue(), held=held, generation=self._generation)
 
     @property
     def token(self) -> int | None:
@@ -237,7 +237,7 @@ class Planner:
             stamps = self._refresh_by_stamps(view)
         self._generation += 1
         self._view = QueueView(
-            tasks=tuple(t for _, t in self._order),
+            tasks=self._queue(),
             held=dict(self._held),
             paused=self.store.get_setting("fleet_paused") == "1",
             rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
@@ -299,12 +299,14 @@ class Planner:
         return {tid: "after " + ", ".join(names) for tid, names in unfinished.items() if names}
 
     # the queue in claim order, kept sorted as tasks come and go (never sorted whole again)
+    def _queue(self) -> tuple[Task, ...]:
+        return tuple(t for _, t in self._order)
+
     def _reset(self, tasks: Sequence[Task]) -> None:
         self._tasks = {t.id: t for t in tasks}
         self._order = sorted(((claim_order(t), t) for t in tasks), key=lambda e: e[0])
         self._coders = Counter(t.coder or t.spec.coder for t in tasks)
         self._written = {k: v for k, v in self._written.items() if k in self._tasks}
-        self._held = {k: v for k, v in self._held.items() if k in self._tasks}
 
     def _put(self, t: Task) -> None:
         self._tasks[t.id] = t

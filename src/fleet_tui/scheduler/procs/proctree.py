@@ -114,15 +114,18 @@ def group_members(pgid: int, since_ticks: int | None = None) -> list[Proc]:
     return out
 
 
-def reap_children() -> None:
-    """Collect every child of this process that has exited (never blocks)."""
+def reap_children(seen: Callable[[int, int], None] | None = None) -> None:
+    """Collect every child of this process that has exited (never blocks); ``seen(pid, status)``
+    hears of each."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if seen is not None:
+            seen(pid, status)
 
 
 def has_children(pid: int) -> bool:

@@ -68,15 +68,11 @@ class Shim:
         self.agent_status: int | None = None
 
     def reap_zombies(self) -> None:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid == self.agent_pid:
-                self.agent_status = _
+        proctree.reap_children(self._reaped)
+
+    def _reaped(self, pid: int, status: int) -> None:
+        if pid == self.agent_pid:
+            self.agent_status = status
 
     def kill_tree(self, pgid: int | None) -> int:
         """TERM the agent's group, wait the grace, KILL the group, KILL every descendant."""
