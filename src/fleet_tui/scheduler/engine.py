@@ -55,6 +55,7 @@ from fleet_tui.scheduler.model import (
     TaskChanged,
     TaskSpec,
 )
+from fleet_tui.scheduler.onloop import LoopPost
 from fleet_tui.scheduler.planner import TRANSIENT_GATES, Plan, Planner, settled
 from fleet_tui.scheduler.policy.gate import GateConfig
 from fleet_tui.scheduler.policy.headroom import Headroom, MemoryModel, read_headroom, tree_memory
@@ -112,13 +113,15 @@ class Engine(Controller):
         tune = getattr(store, "set_busy_timeout", None)
         if tune is not None:
             tune(10_000)
+        #: what worker threads publish is queued on the loop, not waited for (onloop.py)
+        self.post = LoopPost()
         self.resilient = Resilient(store, self.notice)
         super().__init__(
             self.resilient,
             actor=self.owner,
             clock=clock,
             cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s),
-            publish=lc.thread_safe(self.publish_task),
+            publish=lc.thread_safe(self.publish_task, self.post),
         )
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
@@ -192,11 +195,7 @@ class Engine(Controller):
 
     def notice(self, text: str) -> None:
         """A notice for the cockpit, from a worker thread (or the loop's own)."""
-        events = [Notice(text)]
-        try:
-            anyio.from_thread.run_sync(self.bus.publish, events)
-        except RuntimeError:
-            self.bus.publish(events)
+        self.post(self.bus.publish, [Notice(text)])
 
     # -- the boundary -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -223,6 +222,7 @@ class Engine(Controller):
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, until_idle: bool = False) -> None:
+        self.post.bind()
         me = os.getpid()
         await anyio.to_thread.run_sync(
             self.store.register_engine,
@@ -402,38 +402,28 @@ class Engine(Controller):
         if decisions is self._admitted:
             return False  # the very plan admitted last time (nothing moved): nothing new to do
         self._admitted = decisions
-        changed = self.planner.waiting_changes(decisions)
+        free = self.cfg.max_concurrent - self.slots_taken()
+        picked = [t for t, d in decisions if d.ok][: max(0, free)]
+        # a task about to be claimed needs no write of its own: the claim clears its reason
+        going = {t.id for t in picked}
+        changed = {
+            k: why for k, why in self.planner.waiting_changes(decisions).items() if why or k not in going
+        }
         if changed:
             await anyio.to_thread.run_sync(self.store.set_waiting, changed)
             self.planner.recorded(changed)
-        started = False
-        for t, d in decisions:
-            if not d.ok or self.slots_taken() >= self.cfg.max_concurrent or self._stopping:
-                continue
-            now = self.clock()
-            task = await anyio.to_thread.run_sync(
-                lambda t=t, now=now: self.store.claim(  # type: ignore[misc]
-                    self.owner,
-                    self.host,
-                    self.tags,
-                    now,
-                    self.cfg.lease_s,
-                    self.cfg.default_coder,
-                    self.cfg.default_model,
-                    only_task=t.id,
-                )
-            )
-            if task is None:
-                self.planner.invalidate()  # another engine took it, or it changed: read again
-                continue
-            self.planner.claimed(task.id)
-            started = True
-            # prepared and started on its own: the next claim need not wait for this one's files,
-            # store writes and fork (the slot counts as taken from now on: ``slots_taken``)
-            self._starting.add(task.id)
+        if self._stopping or not picked:
+            return False
+        self.planner.recorded(dict.fromkeys(going))
+        for t in picked:
+            # claimed, prepared and started on its own, in one hand-over to a thread: the next
+            # claim need not wait for this one's files, store writes and fork (the slot counts
+            # as taken from now on: ``slots_taken``; a claim that fails gives it back)
+            self.planner.claimed(t.id)
+            self._starting.add(t.id)
             assert self._tg is not None
-            self._tg.start_soon(self._start, task)
-        return started
+            self._tg.start_soon(self._start, t)
+        return True
 
     # -- one attempt --------------------------------------------------------------------------
     async def _start(self, task: Task) -> None:
@@ -460,25 +450,42 @@ class Engine(Controller):
             self._start_settled = anyio.Event()
             await self._start_settled.wait()
 
-    async def _start_one(self, task: Task) -> None:
-        self.publish_task(task)
-        try:
-            launch = await anyio.to_thread.run_sync(lambda: self.launcher.prepare(task))
-        except LaunchError as e:
-            move = lc.never_started(str(e))
+    async def _start_one(self, queued: Task) -> None:
+        now = self.clock()
+
+        def claim_and_prepare() -> tuple[Task | None, Launch | Exception | None]:
+            task = self.store.claim(
+                self.owner, self.host, self.tags, now, self.cfg.lease_s, self.cfg.default_coder,
+                self.cfg.default_model, only_task=queued.id,
+            )  # fmt: skip
+            if task is None:
+                return None, None
+            self.post(self.publish_task, task)
+            try:
+                return task, self.launcher.prepare(task)
+            except (LaunchError, OSError) as e:
+                return task, e
+
+        task, launch = await anyio.to_thread.run_sync(claim_and_prepare)
+        if task is None:
+            self.planner.invalidate()  # another engine took it, or it changed: read again
+            return
+        if isinstance(launch, LaunchError):
+            move = lc.never_started(str(launch))
             await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
             return
-        except OSError as e:  # a full disk, say: not the task's fault; back to the queue for later
-            move = lc.requeue_later(str(e), self.clock() + 60.0)
+        if isinstance(launch, OSError):  # a full disk, say: not the task's fault; back to the queue
+            move = lc.requeue_later(str(launch), self.clock() + 60.0)
             self.bus.publish([Notice(f"{task.name}: {move.reason}")])
             await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
             return
-        assert self._tg is not None
+        assert isinstance(launch, Launch) and self._tg is not None
         self._launch_runner(task, launch)
 
     def _launch_runner(self, task: Task, launch: Launch) -> None:
         """Supervise a started (or adopted) attempt: a runner on its shim, in the runners' group."""
-        earlier = [a for a in self.store.attempts(task.id) if a.n < task.attempt]
+        # a first attempt has none before it: no store read on the loop for it
+        earlier = [a for a in self.store.attempts(task.id) if a.n < task.attempt] if task.attempt > 1 else []
         base_cost = sum(a.cost_usd or 0.0 for a in earlier)
         base_tokens = sum(a.tokens or 0 for a in earlier)
         budget = task.spec.budget_usd

@@ -363,10 +363,16 @@ def dependency_retried(parent: str) -> Move:
 # -- applying moves -------------------------------------------------------------------------------
 
 
-def thread_safe(publish: Callable[[Task], None]) -> Callable[[Task], None]:
-    """``publish``, callable from an ``anyio`` worker thread too (it hops to the event loop)."""
+def thread_safe(
+    publish: Callable[[Task], None], post: Callable[..., None] | None = None
+) -> Callable[[Task], None]:
+    """``publish``, callable from an ``anyio`` worker thread too: ``post`` (onloop.LoopPost)
+    queues it on the event loop without waiting; without one it hops there and back."""
 
     def tell(task: Task) -> None:
+        if post is not None:
+            post(publish, task)
+            return
         try:
             anyio.from_thread.run_sync(publish, task)
         except RuntimeError:  # on the event loop's own thread (or outside any): call it here

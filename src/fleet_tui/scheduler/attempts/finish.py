@@ -7,11 +7,16 @@ streak), ``verify`` runs the task's verifiers when the agent claims success, and
 writes the attempt's record and the task's move (both fenced by owner and attempt, through the
 lifecycle, which parks dependents of a parked task), holds a rate-limited account back, and
 hands finished work to the merger's after-work.
+
+All of it is blocking work (store writes, git, verifiers), so it runs in one worker thread from
+start to end (``finish``): one hand-over per ended attempt instead of one per step. What it
+publishes is queued on the loop (onloop.py); a verifier's output goes to the event writer on the
+loop (``anyio.from_thread``), the one step that waits for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,7 @@ from fleet_tui.scheduler.states import TaskStatus
 CRASH_LIMIT = 3
 
 #: an attempt's events on their way to the store: (task id, attempt, events, stdout offset)
-Sink = Callable[[str, int, list[Event], int], Awaitable[None]]
+Sink = Callable[[str, int, list[Event], int], Coroutine[Any, Any, None]]
 
 
 class Reaper:
@@ -75,14 +80,18 @@ class Reaper:
         return self.life.actor
 
     async def finish(self, r: Running, res: AttemptResult) -> None:
-        """An attempt ended: verify, decide, write the fenced move, after-work."""
+        """An attempt ended: verify, decide, write the fenced move, after-work (in a thread)."""
+        await anyio.to_thread.run_sync(self.settle, r, res)
+
+    def settle(self, r: Running, res: AttemptResult) -> None:
+        """``finish``'s work, blocking (a worker thread runs it)."""
         now = self.life.clock()
-        fresh = await anyio.to_thread.run_sync(self.store.get_task, r.task.id)
+        fresh = self.store.get_task(r.task.id)
         if fresh is None or fresh.owner != self.owner or fresh.attempt != r.task.attempt:
             return  # the claim was lost: someone else owns it now
         task = fresh
-        await self._leftovers(r, task, res)
-        v = await self.decide(r, task, res, now)
+        self._leftovers(r, task, res)
+        v = self.decide(r, task, res, now)
         att: dict[str, Any] = {
             "ended_at": now,
             "exit_code": res.exit_code,
@@ -96,24 +105,24 @@ class Reaper:
         elif v.outcome == AttemptOutcome.SUCCESS:
             self.rate_limits.clear(r.account)
         if v.verify:
-            judged = await self.verify(r, task, res, att, now)
+            judged = self.verify(r, task, res, att, now)
             if judged is None:
                 return  # the claim was lost, or left verifying for the engine that adopts it
             task, v = judged
-        await self.record(r, task, res, v, att)
+        self.record(r, task, res, v, att)
 
-    async def _leftovers(self, r: Running, task: Task, res: AttemptResult) -> None:
+    def _leftovers(self, r: Running, task: Task, res: AttemptResult) -> None:
         if r.peak_mem:
             self.mem.record(r.coder, r.peak_mem)
         if task.worktree:  # uncommitted work goes to the branch as a WIP commit, never discarded
             try:
-                await anyio.to_thread.run_sync(commit_leftovers, self.home, task)
+                commit_leftovers(self.home, task)
             except Exception as e:
                 self._notice(f"{task.name}: WIP commit failed: {e}")
         if res.exit_reason == "crashed":  # the shim died: what it hosted must die before a retry
-            await anyio.to_thread.run_sync(reap_attempt, r.dir)
+            reap_attempt(r.dir)
 
-    async def decide(self, r: Running, task: Task, res: AttemptResult, now: float) -> Verdict:
+    def decide(self, r: Running, task: Task, res: AttemptResult, now: float) -> Verdict:
         """The verdict on the agent's run (before any verification)."""
         v = decide(task, res, self._policy(), now, self.rate_limits.strikes(r.account), r.base_cost)
         if task.status == TaskStatus.VERIFYING and res.stop_reason is None:
@@ -121,7 +130,7 @@ class Reaper:
             # it read is not read again), so only the verification is left to do
             v = Verdict(TaskStatus.VERIFYING, None, verify=True, outcome=AttemptOutcome.SUCCESS)
         if v.crashed:  # crashes use no retry, so a task that always crashes must not loop forever
-            earlier = await anyio.to_thread.run_sync(self.store.attempts, task.id)
+            earlier = self.store.attempts(task.id)
             streak = 1
             for a in reversed([a for a in earlier if a.n < task.attempt]):
                 if a.outcome != AttemptOutcome.CRASHED:
@@ -140,7 +149,7 @@ class Reaper:
                 )
         return v
 
-    async def verify(
+    def verify(
         self, r: Running, task: Task, res: AttemptResult, att: dict[str, Any], now: float
     ) -> tuple[Task, Verdict] | None:
         """Run the task's verifiers on the agent's claimed success; the verdict after them
@@ -149,9 +158,7 @@ class Reaper:
             moved: Task | None = task  # adopted mid-verification (its engine died): verify again
             self.life.tell(task)
         else:
-            moved = await anyio.to_thread.run_sync(
-                lambda: self.life.apply(task, lc.start_verifying(), held=True)
-            )
+            moved = self.life.apply(task, lc.start_verifying(), held=True)
         if moved is None:
             return None
         workdir = Path(task.workdir or task.spec.cwd)
@@ -164,7 +171,7 @@ class Reaper:
             return nothing_done(task.spec.verify, workdir, since, skip=(self.home,))
 
         # the evidence only matters when a verifier fails: none to run, no directory walk
-        did_nothing = await anyio.to_thread.run_sync(judge) if task.spec.verify else False
+        did_nothing = judge() if task.spec.verify else False
         if res.stop_reason is not None and r.runner.stop_reason == res.stop_reason:
             # the agent finished as it was stopped (context pressure at its last turn): the
             # verdict sent its work here; that stop must not cancel the verifiers nor decide again
@@ -180,8 +187,7 @@ class Reaper:
                 task.spec.verify, workdir, reviewer=reviewer, wrap=wrap, cancel=stop, home=self.home
             )
 
-        # no verifier: nothing blocks, no thread to hand it to
-        vr = await anyio.to_thread.run_sync(check) if task.spec.verify else check()
+        vr = check()
         r.verifying = False
         # a review is part of the task's cost (and of today's spend, through the attempt record)
         att["cost_usd"] += float(getattr(reviewer, "cost_usd", 0.0) or 0.0)
@@ -204,7 +210,7 @@ class Reaper:
                 text=vr.output,
                 is_error=not vr.passed,
             )
-            await self._sink(task.id, task.attempt, [event], r.runner.offset)
+            anyio.from_thread.run(self._sink, task.id, task.attempt, [event], r.runner.offset)
         v = after_verify(
             moved,
             vr.passed,
@@ -218,14 +224,10 @@ class Reaper:
         att["verify_output"] = vr.output or None
         return moved, v
 
-    async def record(
-        self, r: Running, task: Task, res: AttemptResult, v: Verdict, att: dict[str, Any]
-    ) -> None:
+    def record(self, r: Running, task: Task, res: AttemptResult, v: Verdict, att: dict[str, Any]) -> None:
         """Write the attempt's record and the task's move (fenced), then what follows from it."""
         if v.status is None:
-            await anyio.to_thread.run_sync(
-                lambda: self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att)
-            )
+            self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att)
             return
         # the task's usage covers every attempt and review: what came before plus this attempt
         total_cost = r.base_cost + att["cost_usd"]
@@ -261,20 +263,13 @@ class Reaper:
         assert status is not None  # checked above; the budget only moves a retry to needs_human
         move = lc.verdict(status, v.reason, **fields)
 
-        def write() -> tuple[bool, Task | None]:
-            # the attempt's record, then the task's move: one hand-over to a thread for both
-            if not self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att):
-                return False, None
-            return True, self.life.apply(task, move, held=True)
-
-        kept, new = await anyio.to_thread.run_sync(write)
-        if not kept:
+        # the attempt's record, then the task's move
+        if not self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att):
             return  # the claim was lost while we finished: the new owner's record stands
+        new = self.life.apply(task, move, held=True)
         if v.block_account_until:
-            await self.rate_limits.block(r.account, res.outcome.resets_at, v.block_account_until)
+            self.rate_limits.block(r.account, res.outcome.resets_at, v.block_account_until)
         if r.runner.asked or task.asking:  # a question left pending dies with its attempt
-            await anyio.to_thread.run_sync(
-                self.store.close_questions, task.id, "cancelled", self.life.clock()
-            )
+            self.store.close_questions(task.id, "cancelled", self.life.clock())
         if new is not None and new.status == TaskStatus.DONE and (new.worktree or new.spec.git_ref):
-            await anyio.to_thread.run_sync(self.merger.after_done, new)  # in place: no after-work
+            self.merger.after_done(new)  # in place: no after-work

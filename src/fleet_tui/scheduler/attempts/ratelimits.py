@@ -39,10 +39,9 @@ class RateLimitBook:
         blocked = rl.resets_at if rl.status == "rejected" and rl.resets_at else None
         await anyio.to_thread.run_sync(self.store.put_rate_limit, rl, blocked)
 
-    async def block(self, account: str, resets_at: float | None, until: float) -> None:
-        """Hold ``account`` back until ``until`` (an attempt ended rate-limited)."""
-        await anyio.to_thread.run_sync(
-            self.store.put_rate_limit,
+    def block(self, account: str, resets_at: float | None, until: float) -> None:
+        """Hold ``account`` back until ``until`` (an attempt ended rate-limited; blocking)."""
+        self.store.put_rate_limit(
             RateLimit(
                 account=account,
                 status="rejected",
