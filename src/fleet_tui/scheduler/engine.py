@@ -165,6 +165,7 @@ class Engine(Controller):
             self.bus.publish,
             self.publish_task,
             self.wake,
+            lambda: self.planner.spent(),
         )
         self.launcher = Launcher(
             self.store, self.home, settings, self.clock, self.owner, lambda: self.shim_pool
@@ -209,6 +210,11 @@ class Engine(Controller):
         """Something changed (here, or in the store): plan again, and rebuild the snapshot."""
         self.generation += 1
         self.planner.invalidate()
+        self._wake.set()
+
+    def nudge(self) -> None:
+        """A slot was freed or taken back and nothing in the store changed: plan again, from
+        what the planner knows (no store read)."""
         self._wake.set()
 
     def publish_task(self, task: Task | None) -> None:
@@ -391,12 +397,19 @@ class Engine(Controller):
     async def plan(self, admitting: bool = False) -> Plan:
         """Every queued task with its admission decision here, now (``fleet-tui plan``); starts
         nothing. Reads the store only when something changed since the last plan."""
-        if not self.planner.needs_read():  # from memory: no thread hand-over for it
-            return self.planner.plan(admitting)
+        decided = self.planner.plan_from_memory(admitting)  # no thread hand-over for it
+        if decided is not None:
+            return decided
         return await anyio.to_thread.run_sync(self.planner.plan, admitting)
 
     async def _admit(self) -> bool:
-        if self._stopping or self.slots_taken() >= self.cfg.max_concurrent:
+        if self._stopping:
+            return False
+        if self.slots_taken() >= self.cfg.max_concurrent:
+            if self.planner.needs_read():
+                # read what changed now, while no slot is free: when one frees, its next task is
+                # planned from memory, without a store read between an agent's end and the next
+                await self.plan()
             return False
         decisions = await self.plan(admitting=True)
         if decisions is self._admitted:
@@ -433,7 +446,9 @@ class Engine(Controller):
             self._starting.discard(task.id)
             if self._start_settled is not None:
                 self._start_settled.set()
-            self.wake()  # a start that failed gave its slot back
+            # a start that failed gave its slot back (its task's move, or a lost claim, told
+            # the planner what changed)
+            self.nudge()
         r = self.runners.get(task.id)
         if r is not None and self._stopping:
             # the fleet stopped while this one was being started (a long worktree setup, say):
@@ -551,13 +566,15 @@ class Engine(Controller):
             result = await r.runner.run()
             if not task.spec.verify:
                 r.released = True
-                self.wake()
+                self.nudge()
             await self.reaper.finish(r, result)
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
             self.bus.publish([Notice(f"{task.name}: finishing failed: {e!r}")])
         finally:
-            if not r.runner.shim_alive():  # let go of the attempt: its lease ends now (wtmark.py)
+            # let go of the attempt: its lease ends now, for the sweeps that read it (wtmark.py:
+            # worktrees only; nothing reads an in-place attempt's lease once its shim is gone)
+            if (r.task.worktree or r.task.spec.git_ref) and not r.runner.shim_alive():
                 with contextlib.suppress(OSError):
                     write_lease(r.dir, 0.0)
             self.runners.pop(task.id, None)

@@ -167,6 +167,13 @@ class Planner:
         """Something changed here (a task added, claimed, finished, a command): read again."""
         self._dirty = True
 
+    def spent(self) -> None:
+        """An attempt's cost was recorded: today's spend moved. Read again when it matters (a
+        daily budget is set): a slot freed by an agent's end is otherwise planned from memory."""
+        view = self._view
+        if view is not None and view.budgeted:
+            self._dirty = True
+
     def claimed(self, task_id: str) -> None:
         """This engine claimed ``task_id``: it left the queue. Planned again from memory, without
         reading the store (its stamp is gone at the next read anyway)."""
@@ -331,40 +338,56 @@ class Planner:
         """Every queued task with its decision, in claim order; starts nothing. ``admitting``:
         the caller starts the admitted tasks at once (their slots read as taken, not starting)."""
         with self._lock:
-            now = self._clock()
-            view = self._refresh(now)
-            cfg = self._config()
-            gcfg = gate_config(cfg)
-            head = self._headroom()
-            running = self._running()
-            key = (view.generation, running, gcfg, cfg.default_coder, self.headroom_key(head), admitting)
-            if key == self._last_key and (self._next_at is None or now < self._next_at):
-                return self._last
-            inp = GateInputs(
-                paused=view.paused,
-                running=running,
-                headroom=head,
-                now=now,
-                rate_limits=view.rate_limits,
-                host_tags=self._tags,
-                spent_today=view.spent_today,
-                own_load=float(running),  # this engine's agents: not load that holds them back
-            )
-            out = plan(
-                view.tasks,
-                gcfg,
-                inp,
-                self._mem,
-                default_coder=cfg.default_coder,
-                held=view.held,
-                account_of=lambda t, c: account_of(c, t.model or t.spec.model),
-                note_starting=not admitting,
-                ordered=True,
-            )
-            timed = [d.retry_at for _, d in out if not d.ok and d.retry_at is not None and d.retry_at > now]
-            self._next_at = min(timed) if timed else None
-            self._last_key, self._last = key, out
-            return out
+            return self._plan(self._refresh(self._clock()), admitting)
+
+    def plan_from_memory(self, admitting: bool = False) -> Plan | None:
+        """``plan`` when it needs no store read and no other thread is planning (it never
+        blocks: the engine calls it on its loop); None: hand ``plan`` to a thread instead."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            view = self._view
+            if view is None or self._stale(self._clock(), self.store.change_token()):
+                return None
+            return self._plan(view, admitting)
+        finally:
+            self._lock.release()
+
+    def _plan(self, view: QueueView, admitting: bool) -> Plan:
+        """The decisions on ``view`` (the caller holds ``self._lock``)."""
+        now = self._clock()
+        cfg = self._config()
+        gcfg = gate_config(cfg)
+        head = self._headroom()
+        running = self._running()
+        key = (view.generation, running, gcfg, cfg.default_coder, self.headroom_key(head), admitting)
+        if key == self._last_key and (self._next_at is None or now < self._next_at):
+            return self._last
+        inp = GateInputs(
+            paused=view.paused,
+            running=running,
+            headroom=head,
+            now=now,
+            rate_limits=view.rate_limits,
+            host_tags=self._tags,
+            spent_today=view.spent_today,
+            own_load=float(running),  # this engine's agents: not load that holds them back
+        )
+        out = plan(
+            view.tasks,
+            gcfg,
+            inp,
+            self._mem,
+            default_coder=cfg.default_coder,
+            held=view.held,
+            account_of=lambda t, c: account_of(c, t.model or t.spec.model),
+            note_starting=not admitting,
+            ordered=True,
+        )
+        timed = [d.retry_at for _, d in out if not d.ok and d.retry_at is not None and d.retry_at > now]
+        self._next_at = min(timed) if timed else None
+        self._last_key, self._last = key, out
+        return out
 
     def waiting_changes(self, decisions: Plan) -> dict[str, str | None]:
         """The waiting reasons to record: those that differ from what this planner recorded

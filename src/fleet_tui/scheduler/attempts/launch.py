@@ -262,7 +262,7 @@ class Launcher:
             retry_output=retry_output, crashed=crashed, handoff=handoff is not None, message=message,
         )  # fmt: skip
         adir = attempt_dir(self.home, task.id, task.attempt)
-        adir.mkdir(parents=True, exist_ok=True)
+        _make_attempt_dir(adir)
         if branch is not None:  # other engines on this home (other stores) must leave it alone
             from fleet_tui.scheduler.git import wtmark
 
@@ -295,7 +295,9 @@ class Launcher:
             raise LaunchError(f"{name}: {e}") from e
         prompt = ctx.prompt
         prompt_file = adir / attemptdir.PROMPT
-        prompt_file.write_text(prompt, encoding="utf-8")
+        own = getattr(coder, "prompt_file", None)
+        if own is None or own(ctx) != prompt_file:  # else the coder's prepare just wrote it there
+            prompt_file.write_text(prompt, encoding="utf-8")
         followup.record(adir, plan, cmd)
         env = dict(os.environ)
         for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
@@ -366,6 +368,22 @@ class Launcher:
             started_at=now,
             next_seq=next_seq,
         )
+
+
+def _make_attempt_dir(adir: Path) -> None:
+    """``tasks/<id>/attempts/<n>``, made with as few directory calls as it takes (a first
+    attempt makes all three levels; a later one only its own)."""
+    try:
+        adir.mkdir()
+        return
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        pass
+    top = adir.parent.parent
+    top.mkdir(parents=True, exist_ok=True)  # tasks/ too, in a new home
+    adir.parent.mkdir(exist_ok=True)
+    adir.mkdir(exist_ok=True)
 
 
 def _tail_text(store: Any, task_id: str, n: int) -> str:

@@ -37,6 +37,7 @@ class AttemptSink:
         publish: Callable[[list[EngineEvent]], None],
         publish_task: Callable[[Task], None],
         wake: Callable[[], None] = lambda: None,
+        spent: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -46,6 +47,7 @@ class AttemptSink:
         self._publish = publish
         self._publish_task = publish_task
         self._wake = wake  # the planner reads rate limits: a new reading means plan again
+        self._spent = spent  # and today's spend: a cost recorded means read it again
 
     async def take(self, tid: str, n: int, events: list[Event], offset: int) -> None:
         """Events of attempt ``n`` of task ``tid`` (and how far its stdout was read)."""
@@ -92,6 +94,8 @@ class AttemptSink:
             return self.store.update_task(tid, owner=self.owner, attempt=n, **changes)
 
         new = await anyio.to_thread.run_sync(write)
+        if "cost_usd" in changes:
+            self._spent()
         if new is None:
             ru.stop(StopReason.LEASE_LOST, LOST)
         else:

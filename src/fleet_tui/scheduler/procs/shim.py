@@ -84,7 +84,6 @@ class Shim:
         proctree.become_subreaper()
         ticks, started_at = proctree.proc_start_ticks(self.pid), time.time()
         shim_json = os.path.join(self.dir, files.SHIM_JSON)
-        files.write_json(shim_json, files.shim_record(self.pid, ticks, started_at))
         files.reserve_exit(self.dir)
 
         def on_term(signum: int, frame: object) -> None:
@@ -134,6 +133,8 @@ class Shim:
         os.close(out_fd)
         os.close(err_fd)
         self.agent_pid = pid
+        # written once the agent runs (its supervisor knows the shim's pid from its start, and a
+        # supervisor that adopts it needs the agent's too): one file write before the agent less
         agent_ticks = proctree.proc_start_ticks(pid)
         files.write_json(shim_json, files.shim_record(self.pid, ticks, started_at, pid, agent_ticks))
 

@@ -498,6 +498,8 @@ class SqliteBase(SqliteNotifications):
         """The store's one watcher thread: inotify on the folder wakes it when a commit writes
         the ``-wal`` (or the file), then ``data_version`` says whether another connection
         committed; without inotify, ``data_version`` four times a second."""
+        if self._changes is not None:  # without the store's lock: a transaction may hold it
+            return self._changes
         with self._lock:
             if self._changes is not None:
                 return self._changes
