@@ -26,6 +26,7 @@ import anyio
 
 from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import EngineEvent, Notice, Question, QuestionChanged, Task, TaskChanged
+from fleet_tui.scheduler.onloop import SWITCH_INTERVAL
 from fleet_tui.scheduler.states import TaskStatus
 
 EXIT_NEEDS_PERSON = 3
@@ -191,6 +192,7 @@ def run_headless(
             await engine.run(until_idle=until_idle)
             tg.cancel_scope.cancel()
 
+    sys.setswitchinterval(SWITCH_INTERVAL)  # see onloop.py
     anyio.run(main)
     if stopped:  # say what was actually done
         n = stopped["agents"]

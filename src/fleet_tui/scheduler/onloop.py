@@ -18,6 +18,13 @@ from typing import Any
 
 import anyio.from_thread
 
+#: the interpreter's switch interval in a process that runs an engine (seconds; Python's default
+#: is 5 ms). The loop hands blocking work to worker threads and waits on files and pipes; each
+#: time it gives the interpreter lock up while a worker computes, it waits up to this long to get
+#: it back, on the path from an agent's end to the next agent's start (bench/bench_attempts.py)
+#: and between a key and the screen in the cockpit (bench/bench_cockpit.py).
+SWITCH_INTERVAL = 0.001
+
 
 class LoopPost:
     """Posts calls to one event loop (bound once it runs); runs them in place when called on
