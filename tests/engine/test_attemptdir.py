@@ -255,3 +255,17 @@ def test_a_killed_keepers_shim_and_agent_are_reaped_at_the_next_start(tmp_path: 
     assert pid_alive(shim.agent_pid or 0)  # left behind...
     assert reap_stale(home) >= 2  # ...until an engine starts on this home: the shim and its agent
     wait_for(lambda: not pid_alive(shim.agent_pid or 0) and not pid_alive(shim.pid), 5, what="both to die")
+
+
+def test_an_attempt_folder_is_made_in_a_new_home_and_beside_earlier_ones(tmp_path: Path) -> None:
+    from fleet_tui.scheduler.attempts.launch import _make_attempt_dir, attempt_dir
+
+    home = tmp_path / "home"  # not even the home exists yet
+    first = attempt_dir(home, "t-1", 1)
+    _make_attempt_dir(first)
+    assert first.is_dir()
+    (first / "keep").write_text("x")
+    second = attempt_dir(home, "t-1", 2)
+    _make_attempt_dir(second)
+    _make_attempt_dir(first)  # made again (an adopted attempt): nothing in it is lost
+    assert second.is_dir() and (first / "keep").read_text() == "x"

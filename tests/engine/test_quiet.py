@@ -252,6 +252,60 @@ def test_a_change_elsewhere_refetches_only_the_tasks_that_moved(stores: Callable
     assert counting.changed == [1]  # tasks the store returned as changed
 
 
+def test_a_freed_slot_is_planned_from_memory(stores: Callable[[], SqliteStore]) -> None:
+    """An agent's end frees a slot without a store change: the engine plans it on its loop,
+    from what the planner read (no store read between an agent's end and the next start)."""
+    inner = stores()
+    counting = CountingStore(inner)
+    inner.add_tasks([spec(f"t{i}") for i in range(5)], time.time())
+    running = [2]
+    c = config(max_concurrent=2)
+    p = Planner(
+        counting, config=lambda: c, clock=time.time, tags=(), running=lambda: running[0],
+        headroom=plenty, mem=MemoryModel(), midnight=midnight,
+    )  # fmt: skip
+    full = p.plan(admitting=True)
+    assert not any(d.ok for _, d in full) and p.reads == 1
+    reads = counting.total()
+    running[0] = 1  # an agent ended
+    freed = p.plan_from_memory(admitting=True)
+    assert freed is not None and [t.name for t, d in freed if d.ok] == ["t0"]
+    assert counting.total() == reads and p.reads == 1
+    p.invalidate()  # something changed here: that plan must read
+    assert p.plan_from_memory(admitting=True) is None
+    p.plan(admitting=True)
+    # another thread planning holds the planner: the loop does not wait for it
+    held = threading.Event()
+    release = threading.Event()
+
+    def planning() -> None:
+        with p._lock:  # what ``plan`` holds while it reads
+            held.set()
+            release.wait(30)
+
+    th = threading.Thread(target=planning)
+    th.start()
+    assert held.wait(30)
+    try:
+        assert p.plan_from_memory(admitting=True) is None
+    finally:
+        release.set()
+        th.join(30)
+    assert p.plan_from_memory(admitting=True) is not None
+
+
+def test_a_recorded_cost_makes_a_daily_budget_read_the_spend_again(stores: Callable[[], SqliteStore]) -> None:
+    inner = stores()
+    inner.add_tasks([spec("t0")], time.time())
+    plain, budgeted = _planner(inner), _planner(inner, budget_usd_daily=5.0)
+    for p in (plain, budgeted):
+        p.plan()
+        assert not p.needs_read()
+        p.spent()
+    assert not plain.needs_read()  # no budget: the spend is never read
+    assert budgeted.needs_read()
+
+
 class NoCounterStore(CountingStore):
     """A store that cannot tell what changed (as PostgreSQL's ``tasks_changed_since``)."""
 
