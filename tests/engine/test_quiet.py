@@ -294,6 +294,26 @@ def test_a_freed_slot_is_planned_from_memory(stores: Callable[[], SqliteStore]) 
     assert p.plan_from_memory(admitting=True) is not None
 
 
+@pytest.mark.parametrize("counters", [True, False], ids=["change-counter", "stamps"])
+def test_a_refused_claim_leaves_the_task_known(stores: Callable[[], SqliteStore], counters: bool) -> None:
+    """A task being claimed is left out of the decisions; when its claim is refused (another
+    engine took it, or its claim conditions no longer held) and nothing in the store changed,
+    the planner still knows it: it was never dropped (the multi-host drain lost such tasks)."""
+    inner = stores()
+    store = CountingStore(inner) if counters else NoCounterStore(inner)
+    inner.add_tasks([spec("t0"), spec("t1")], time.time())
+    p = _planner(store)
+    assert [t.name for t, d in p.plan(admitting=True) if d.ok] == ["t0", "t1"]
+    first = p.plan(admitting=True)[0][0]
+    p.claiming(first.id)
+    assert [t.name for t, _ in p.plan_from_memory(admitting=True) or []] == ["t1"]
+    p.unclaimed(first.id)
+    assert [t.name for t, d in p.plan(admitting=True) if d.ok] == ["t0", "t1"]
+    p.claiming(first.id)
+    p.claimed(first.id)  # taken: gone from the queue
+    assert [t.name for t, _ in p.plan(admitting=True)] == ["t1"]
+
+
 def test_a_recorded_cost_makes_a_daily_budget_read_the_spend_again(stores: Callable[[], SqliteStore]) -> None:
     inner = stores()
     inner.add_tasks([spec("t0")], time.time())

@@ -432,7 +432,7 @@ class Engine(Controller):
             # claimed, prepared and started on its own, in one hand-over to a thread: the next
             # claim need not wait for this one's files, store writes and fork (the slot counts
             # as taken from now on: ``slots_taken``; a claim that fails gives it back)
-            self.planner.claimed(t.id)
+            self.planner.claiming(t.id)
             self._starting.add(t.id)
             assert self._tg is not None
             self._tg.start_soon(self._start, t)
@@ -481,10 +481,15 @@ class Engine(Controller):
             except (LaunchError, OSError) as e:
                 return task, e
 
-        task, launch = await anyio.to_thread.run_sync(claim_and_prepare)
+        try:
+            task, launch = await anyio.to_thread.run_sync(claim_and_prepare)
+        except BaseException:
+            self.planner.unclaimed(queued.id)
+            raise
         if task is None:
-            self.planner.invalidate()  # another engine took it, or it changed: read again
+            self.planner.unclaimed(queued.id)  # another engine took it, or it changed: read again
             return
+        self.planner.claimed(task.id)
         if isinstance(launch, LaunchError):
             move = lc.never_started(str(launch))
             await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))

@@ -159,6 +159,10 @@ class Planner:
         self._last: Plan = []
         self._next_at: float | None = None
         self._written: dict[str, str | None] = {}
+        #: tasks this engine is claiming now: left out of the decisions until the claim is known
+        #: (taken: ``claimed``; refused: ``unclaimed``, and they are planned again as they are)
+        self._claiming: set[str] = set()
+        self._claiming_gen = 0
         #: how many times the store was read (for benchmarks and tests)
         self.reads = 0
 
@@ -174,10 +178,25 @@ class Planner:
         if view is not None and view.budgeted:
             self._dirty = True
 
+    def claiming(self, task_id: str) -> None:
+        """This engine is claiming ``task_id`` (on a worker thread): leave it out of the next
+        decisions. Never waits (the engine's loop calls it)."""
+        self._claiming.add(task_id)
+        self._claiming_gen += 1
+
+    def unclaimed(self, task_id: str) -> None:
+        """The claim of ``task_id`` was refused (another engine took it, or it changed): it is
+        in the queue as the planner knows it, and what changed is read at the next plan."""
+        self._claiming.discard(task_id)
+        self._claiming_gen += 1
+        self._dirty = True
+
     def claimed(self, task_id: str) -> None:
         """This engine claimed ``task_id``: it left the queue. Planned again from memory, without
         reading the store (its stamp is gone at the next read anyway)."""
         with self._lock:
+            self._claiming.discard(task_id)
+            self._claiming_gen += 1
             view = self._view
             if view is None or task_id not in self._tasks:
                 return
@@ -360,7 +379,10 @@ class Planner:
         gcfg = gate_config(cfg)
         head = self._headroom()
         running = self._running()
-        key = (view.generation, running, gcfg, cfg.default_coder, self.headroom_key(head), admitting)
+        key = (
+            view.generation, self._claiming_gen, running, gcfg, cfg.default_coder,
+            self.headroom_key(head), admitting,
+        )  # fmt: skip
         if key == self._last_key and (self._next_at is None or now < self._next_at):
             return self._last
         inp = GateInputs(
@@ -373,8 +395,9 @@ class Planner:
             spent_today=view.spent_today,
             own_load=float(running),  # this engine's agents: not load that holds them back
         )
+        claiming = self._claiming
         out = plan(
-            view.tasks,
+            view.tasks if not claiming else tuple(t for t in view.tasks if t.id not in claiming),
             gcfg,
             inp,
             self._mem,
