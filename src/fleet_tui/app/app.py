@@ -34,6 +34,7 @@ from textual.worker import Worker, WorkerState
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
+from fleet_tui.app.main_screen import MainScreen
 from fleet_tui.app.order import SORTS, Row
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, JumpInput, QueueView, focus_now
@@ -186,6 +187,9 @@ class FleetApp(WheelKeys, App[None]):
         self.gauges = GaugesPane(id="gauges")
 
     # ------------------------------------------------------------------ layout
+
+    def get_default_screen(self) -> MainScreen:
+        return MainScreen(id="_default")
 
     def compose(self) -> ComposeResult:
         yield self.header
