@@ -14,6 +14,7 @@ view is hosted the same way.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import time
@@ -34,6 +35,7 @@ from textual.worker import Worker, WorkerState
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
+from fleet_tui.app.main_screen import MainScreen
 from fleet_tui.app.order import SORTS, Row
 from fleet_tui.app.panes import FleetHeader, GaugesPane
 from fleet_tui.app.queue import FilterInput, JumpInput, QueueView, focus_now
@@ -56,6 +58,11 @@ PULL_SECONDS = 1.0
 #: queue's changed cells together); agents publish far faster than a person reads
 FRAME_SECONDS = 0.1
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
+#: the start-up heap (imports, the panes, the engine's first state) is frozen out of the
+#: collector's walks this long after mount, and young collections wait for ``GC_YOUNG``
+#: allocations instead of Python's 700 (``FleetApp._settle_heap``)
+FREEZE_SECONDS = 2.0
+GC_YOUNG = 10_000
 
 
 class FleetApp(WheelKeys, App[None]):
@@ -181,11 +188,15 @@ class FleetApp(WheelKeys, App[None]):
         self._header_for: tuple[object, ...] = ()
         self._header_pending = False
         self._header_at = -1.0
+        self._gc_threshold: tuple[int, int, int] | None = None
         self.stream = StreamLog(id="stream")
         self.inbox = Inbox(id="inbox")
         self.gauges = GaugesPane(id="gauges")
 
     # ------------------------------------------------------------------ layout
+
+    def get_default_screen(self) -> MainScreen:
+        return MainScreen(id="_default")
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -215,6 +226,26 @@ class FleetApp(WheelKeys, App[None]):
         if self.run_engine is not None:
             self.run_worker(self.run_engine(), exclusive=False, group="engine", exit_on_error=False)
         self.run_worker(self._consume(), exclusive=False, group="subscribe", exit_on_error=False)
+        self.set_timer(FREEZE_SECONDS, self._settle_heap)
+
+    def _settle_heap(self) -> None:
+        """Under a loud fleet the cockpit allocates fast (lines, strips, events): Python's full
+        collection ran every second or so, walking every object of the process with the loop
+        held (60-80 ms, the longest wait a key met), and its young collections ran every 700
+        allocations, moving short-lived strips into the older generations. What start-up built
+        stays for the cockpit's life, so it is taken out of the collector's walks
+        (``gc.freeze``), and young objects get ``GC_YOUNG`` allocations to die by reference
+        count first. ``on_unmount`` restores both."""
+        if self._gc_threshold is None:
+            self._gc_threshold = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(max(GC_YOUNG, self._gc_threshold[0]), *self._gc_threshold[1:])
+
+    def on_unmount(self) -> None:
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
+            gc.unfreeze()
+            self._gc_threshold = None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Cockpit keys act on the queue's selection, so they work only on the main screen

@@ -2,7 +2,9 @@
 
 Agents can emit hundreds of events a second; writing each one to the log would re-render the pane
 as often. Events are appended to a buffer and ``flush`` writes whatever accumulated in one go, once
-per frame of the app (with the queue's changed rows: one screen update for both).
+per frame of the app (with the queue's changed rows: one screen update for both). An event is one
+line of known width, so it is rendered straight to one strip and appended (``RichLog.write`` would
+measure, wrap, split and copy each line twice more, on the app's loop, for every frame and fill).
 The log keeps a bounded number of lines (the full history is in ``fleet-tui logs`` and the detail
 screen). When the selection changes the pane is first filled from the engine's stored events, then
 follows live ones, dropping any the fill already showed (by attempt and sequence number).
@@ -15,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from rich.text import Text
 from textual.geometry import Size
 from textual.reactive import Reactive
+from textual.strip import Strip
 from textual.widgets import RichLog
 
 from fleet_tui.app.format import event_line, inert
@@ -111,10 +114,32 @@ class StreamLog(RichLog):
                 continue
             self._last = key
             lines.append(event_line(ev, max(width, 20), self._styles))
-        if lines:
-            # one write for the frame's lines: a write renders, measures, resizes and scrolls the
-            # log once, whatever it holds (twenty events a frame cost twenty of each)
-            self.write(
-                Text("\n").join(lines[-self.max_lines :] if self.max_lines else lines), scroll_end=None
-            )
-            self.flushes += 1
+        if self.max_lines:
+            lines = lines[-self.max_lines :]
+        if not lines:
+            return
+        if self._size_known:
+            self._append([self._strip(line) for line in lines])
+        else:  # the log defers writes until it knows its size: keep its order
+            self.write(Text("\n").join(lines), scroll_end=None)
+        self.flushes += 1
+
+    def _strip(self, line: Text) -> Strip:
+        """One event line (no newline: ``event_line`` folds them) as the strip ``write`` makes."""
+        if "\t" in line.plain:
+            line.expand_tabs(self.app.console.tab_size)
+        return Strip(line.render(self.app.console), line.cell_len)
+
+    def _append(self, strips: list[Strip]) -> None:
+        """``RichLog.write``'s bookkeeping for lines already rendered: the lines kept (the oldest
+        dropped past ``max_lines``), the widest line, the virtual size, the scroll to the end
+        (textual is pinned in pyproject.toml: this follows its ``RichLog.write``)."""
+        self.lines.extend(strips)
+        if self.max_lines is not None and len(self.lines) > self.max_lines:
+            self._start_line += len(self.lines) - self.max_lines
+            self.refresh()
+            self.lines = self.lines[-self.max_lines :]
+        self._widest_line_width = max(self._widest_line_width, max(s.cell_length for s in strips))
+        self.virtual_size = Size(self._widest_line_width, len(self.lines))
+        if self.auto_scroll:
+            self.scroll_end(animate=False, immediate=False, x_axis=False)
