@@ -231,7 +231,10 @@ async def test_live_task_changes_repaint_one_line_not_the_table() -> None:
         api = app.tasks["t-0002"]
         row = table.task_ids().index("t-0002") + 1  # line 0 is the column header
         engine.push(TaskChanged(replace(api, tokens=20_000, updated_at=sc.NOW)))
-        await wait_for(pilot, lambda: table.get_cell("t-0002", "tokens") == "20k", "tokens cell")
+        # the cell changes at once, its line is repainted with the next frame: wait for both
+        await wait_for(
+            pilot, lambda: table.get_cell("t-0002", "tokens") == "20k" and lines, "tokens cell repainted"
+        )
         assert lines == [row] and rebuilds == []
         new = replace(
             api,

@@ -85,6 +85,10 @@ IDLE_WAIT_S = 30.0
 PLAN_TICK_S = 1.0
 
 
+#: the longest an ended attempt's verdict waits for the start of the agent taking its slot
+START_FIRST_S = 0.05
+
+
 class Engine(Controller):
     """One engine: its loops (scheduling, housekeeping, leases, commands) and the wiring of its
     collaborators — the launcher, the reaper, the adopter, the merger, the event writer and the
@@ -131,6 +135,8 @@ class Engine(Controller):
         self.runners: dict[str, Running] = {}
         #: claimed tasks whose attempt is being prepared and started (``_start``)
         self._starting: set[str] = set()
+        #: set when that task's start has settled (its runner runs, or it failed to start)
+        self._started_ev: dict[str, anyio.Event] = {}
         self._start_settled: anyio.Event | None = None
         self.mem = MemoryModel()
         self._read_headroom = headroom or (lambda: read_headroom(self.home))
@@ -434,6 +440,7 @@ class Engine(Controller):
             # as taken from now on: ``slots_taken``; a claim that fails gives it back)
             self.planner.claiming(t.id)
             self._starting.add(t.id)
+            self._started_ev[t.id] = anyio.Event()
             assert self._tg is not None
             self._tg.start_soon(self._start, t)
         return True
@@ -444,6 +451,9 @@ class Engine(Controller):
             await self._start_one(task)
         finally:
             self._starting.discard(task.id)
+            done = self._started_ev.pop(task.id, None)
+            if done is not None:
+                done.set()
             if self._start_settled is not None:
                 self._start_settled.set()
             # a start that failed gave its slot back (its task's move, or a lost claim, told
@@ -572,6 +582,7 @@ class Engine(Controller):
             if not task.spec.verify:
                 r.released = True
                 self.nudge()
+                await self._start_goes_first()
             await self.reaper.finish(r, result)
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
@@ -585,6 +596,19 @@ class Engine(Controller):
             self.runners.pop(task.id, None)
             r.done.set()
             self.wake()
+
+    async def _start_goes_first(self) -> None:
+        """Let the start of the agent that takes a freed slot go before this attempt's verdict:
+        both are blocking work on worker threads, and run together they share the interpreter
+        and the store's lock, which delays the next agent by milliseconds. The verdict waits
+        for the starts under way once the schedule loop has claimed (``START_FIRST_S`` at
+        most: a worktree's setup may take minutes)."""
+        await anyio.sleep(0)  # the schedule loop, woken by the freed slot, claims first
+        pending = list(self._started_ev.values())
+        if pending:
+            with anyio.move_on_after(START_FIRST_S):
+                for ev in pending:
+                    await ev.wait()
 
     def reviewer(self, task: Task) -> AgentReviewer | None:
         """How ``agent`` verifiers of this task ask a read-only reviewer (see review.py)."""

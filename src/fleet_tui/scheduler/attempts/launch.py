@@ -230,7 +230,11 @@ class Launcher:
         workdir, branch = self._workdir(task)
         store = self.store
         prev = store.get_attempt(task.id, task.attempt - 1) if task.attempt > 1 else None
-        deps = [DependencyResult(d.name, d.result_text, d.branch) for d in store.dependencies(task.id)]
+        deps = (  # no dependency to tell about: no store read for them
+            [DependencyResult(d.name, d.result_text, d.branch) for d in store.dependencies(task.id)]
+            if task.spec.depends_on
+            else []
+        )
         retry_reason = retry_output = None
         crashed = False
         handoff = None
@@ -298,7 +302,6 @@ class Launcher:
         own = getattr(coder, "prompt_file", None)
         if own is None or own(ctx) != prompt_file:  # else the coder's prepare just wrote it there
             prompt_file.write_text(prompt, encoding="utf-8")
-        followup.record(adir, plan, cmd)
         env = dict(os.environ)
         for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
             env.pop(k, None)
@@ -356,6 +359,7 @@ class Launcher:
             )
         except OSError as e:
             raise LaunchError(f"could not start the shim: {e}") from e
+        followup.record(adir, plan, cmd)  # how it started: after the agent, not before it
         ticks = getattr(popen, "start_ticks", None) or shimmod.proc_start_ticks(popen.pid)
         store.update_attempt(task.id, task.attempt, shim_pid=popen.pid, shim_create_time=float(ticks or 0))
         return Launch(

@@ -174,9 +174,25 @@ def read_deadline(path: str) -> float | None:
 
 def write_deadline(dir: str, deadline: float) -> None:
     """Renew an attempt's lease (atomically); on a full disk, in place (no new blocks needed).
-    Raises OSError when neither works (no lease file yet and no room for one)."""
+    Raises OSError when neither works (no lease file yet and no room for one).
+
+    The first lease of an attempt is written straight into a new file (no temporary file and
+    rename): a reader then finds no file, an empty one or the deadline, and reads the first two
+    alike (no lease)."""
     text = f"{deadline:.3f}\n"
     path = os.path.join(dir, LEASE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError:
+        pass  # the folder is missing or the disk is full: the error comes from the path below
+    else:
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        return
     tmp = path + ".tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:

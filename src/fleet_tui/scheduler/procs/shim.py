@@ -84,7 +84,6 @@ class Shim:
         proctree.become_subreaper()
         ticks, started_at = proctree.proc_start_ticks(self.pid), time.time()
         shim_json = os.path.join(self.dir, files.SHIM_JSON)
-        files.reserve_exit(self.dir)
 
         def on_term(signum: int, frame: object) -> None:
             self.stop_requested = True
@@ -133,6 +132,9 @@ class Shim:
         os.close(out_fd)
         os.close(err_fd)
         self.agent_pid = pid
+        # the exit record's space, set aside before the agent could have filled the disk (it
+        # has barely started); after it, not before: one file creation less before it starts
+        files.reserve_exit(self.dir)
         # written once the agent runs (its supervisor knows the shim's pid from its start, and a
         # supervisor that adopts it needs the agent's too): one file write before the agent less
         agent_ticks = proctree.proc_start_ticks(pid)
