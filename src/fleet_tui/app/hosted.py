@@ -48,12 +48,14 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
     Transition,
 )
-from fleet_tui.scheduler.onloop import SWITCH_INTERVAL as SWITCH_INTERVAL
 
 T = TypeVar("T")
 
 #: items the cockpit may fall behind by before the oldest are dropped (the bus's own bound)
 BACKLOG = 20_000
+#: the interpreter's switch interval while an engine is hosted (seconds; Python's default is 5 ms;
+#: ``fleet-tui run`` uses the same, scheduler/onloop.py, which the cockpit must not import)
+SWITCH_INTERVAL = 0.001
 
 
 class EngineThread:

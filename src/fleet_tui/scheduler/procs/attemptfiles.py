@@ -20,7 +20,7 @@ import time
 SHIM_JSON = "shim.json"
 #: the agent's exit status and why it ended, written once, durably, when it ended
 EXIT_JSON = "exit.json"
-#: blank space set aside for exit.json before the agent starts (a full disk cannot take it)
+#: blank space set aside for exit.json as the agent starts (a full disk cannot take it)
 EXIT_RESERVED = "exit.json.reserved"
 #: the agent's raw stdout, as the vendor wrote it
 STDOUT = "stdout.jsonl"
@@ -110,8 +110,8 @@ def write_json(path: str, data: dict[str, object]) -> None:
 
 
 def reserve_exit(dir: str) -> None:
-    """Set aside the space of ``exit.json`` before the agent starts (``exit.json.reserved``):
-    an agent that fills the disk cannot make its own exit status unwritable."""
+    """Set aside the space of ``exit.json`` (``exit.json.reserved``) as the agent starts: an
+    agent that fills the disk cannot make its own exit status unwritable."""
     path = os.path.join(dir, EXIT_RESERVED)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
