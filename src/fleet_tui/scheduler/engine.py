@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import secrets
@@ -125,7 +126,7 @@ class Engine(Controller):
             actor=self.owner,
             clock=clock,
             cfg=ControlConfig(heartbeat_s=self.cfg.heartbeat_s),
-            publish=lc.thread_safe(self.publish_task, self.post),
+            publish=functools.partial(self.post, self.publish_task),
         )
         self.home = Path(home)
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
@@ -133,11 +134,9 @@ class Engine(Controller):
         self._hb_busy = False
         self.series = SeriesCollector(self.host)
         self.runners: dict[str, Running] = {}
-        #: claimed tasks whose attempt is being prepared and started (``_start``)
-        self._starting: set[str] = set()
-        #: set when that task's start has settled (its runner runs, or it failed to start)
-        self._started_ev: dict[str, anyio.Event] = {}
-        self._start_settled: anyio.Event | None = None
+        #: claimed tasks whose attempt is being prepared and started (``_start``), each with the
+        #: event set when its start has settled (its runner runs, or it failed to start)
+        self._starting: dict[str, anyio.Event] = {}
         self.mem = MemoryModel()
         self._read_headroom = headroom or (lambda: read_headroom(self.home))
         self._headroom: Headroom | None = None
@@ -439,8 +438,7 @@ class Engine(Controller):
             # claim need not wait for this one's files, store writes and fork (the slot counts
             # as taken from now on: ``slots_taken``; a claim that fails gives it back)
             self.planner.claiming(t.id)
-            self._starting.add(t.id)
-            self._started_ev[t.id] = anyio.Event()
+            self._starting[t.id] = anyio.Event()
             assert self._tg is not None
             self._tg.start_soon(self._start, t)
         return True
@@ -450,12 +448,7 @@ class Engine(Controller):
         try:
             await self._start_one(task)
         finally:
-            self._starting.discard(task.id)
-            done = self._started_ev.pop(task.id, None)
-            if done is not None:
-                done.set()
-            if self._start_settled is not None:
-                self._start_settled.set()
+            self._starting.pop(task.id).set()
             # a start that failed gave its slot back (its task's move, or a lost claim, told
             # the planner what changed)
             self.nudge()
@@ -472,8 +465,7 @@ class Engine(Controller):
         """Wait until every claimed task being started has its runner (or failed to start):
         stopping, handing over or waiting for runners must see every one of them."""
         while self._starting:
-            self._start_settled = anyio.Event()
-            await self._start_settled.wait()
+            await next(iter(self._starting.values())).wait()
 
     async def _start_one(self, queued: Task) -> None:
         now = self.clock()
@@ -604,7 +596,7 @@ class Engine(Controller):
         for the starts under way once the schedule loop has claimed (``START_FIRST_S`` at
         most: a worktree's setup may take minutes)."""
         await anyio.sleep(0)  # the schedule loop, woken by the freed slot, claims first
-        pending = list(self._started_ev.values())
+        pending = list(self._starting.values())
         if pending:
             with anyio.move_on_after(START_FIRST_S):
                 for ev in pending:

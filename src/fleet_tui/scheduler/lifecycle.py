@@ -22,8 +22,6 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Protocol
 
-import anyio
-
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import PARKED, TaskStatus
@@ -363,29 +361,11 @@ def dependency_retried(parent: str) -> Move:
 # -- applying moves -------------------------------------------------------------------------------
 
 
-def thread_safe(
-    publish: Callable[[Task], None], post: Callable[..., None] | None = None
-) -> Callable[[Task], None]:
-    """``publish``, callable from an ``anyio`` worker thread too: ``post`` (onloop.LoopPost)
-    queues it on the event loop without waiting; without one it hops there and back."""
-
-    def tell(task: Task) -> None:
-        if post is not None:
-            post(publish, task)
-            return
-        try:
-            anyio.from_thread.run_sync(publish, task)
-        except RuntimeError:  # on the event loop's own thread (or outside any): call it here
-            publish(task)
-
-    return tell
-
-
 class Lifecycle:
     """Applies moves to tasks in a store, as ``actor``, and tells ``publish`` what changed.
 
     Blocking (the store is): async callers run ``apply`` in a worker thread. ``publish`` is called
-    from there, so give one that may be (``thread_safe``)."""
+    from there, so give one that may be (the engine's queues it on its loop: onloop.LoopPost)."""
 
     def __init__(
         self,

@@ -162,7 +162,6 @@ class Planner:
         #: tasks this engine is claiming now: left out of the decisions until the claim is known
         #: (taken: ``claimed``; refused: ``unclaimed``, and they are planned again as they are)
         self._claiming: set[str] = set()
-        self._claiming_gen = 0
         #: how many times the store was read (for benchmarks and tests)
         self.reads = 0
 
@@ -182,13 +181,11 @@ class Planner:
         """This engine is claiming ``task_id`` (on a worker thread): leave it out of the next
         decisions. Never waits (the engine's loop calls it)."""
         self._claiming.add(task_id)
-        self._claiming_gen += 1
 
     def unclaimed(self, task_id: str) -> None:
         """The claim of ``task_id`` was refused (another engine took it, or it changed): it is
         in the queue as the planner knows it, and what changed is read at the next plan."""
         self._claiming.discard(task_id)
-        self._claiming_gen += 1
         self._dirty = True
 
     def claimed(self, task_id: str) -> None:
@@ -196,7 +193,6 @@ class Planner:
         reading the store (its stamp is gone at the next read anyway)."""
         with self._lock:
             self._claiming.discard(task_id)
-            self._claiming_gen += 1
             view = self._view
             if view is None or task_id not in self._tasks:
                 return
@@ -379,9 +375,10 @@ class Planner:
         gcfg = gate_config(cfg)
         head = self._headroom()
         running = self._running()
+        claiming = frozenset(self._claiming)
         key = (
-            view.generation, self._claiming_gen, running, gcfg, cfg.default_coder,
-            self.headroom_key(head), admitting,
+            view.generation, claiming, running, gcfg, cfg.default_coder, self.headroom_key(head),
+            admitting,
         )  # fmt: skip
         if key == self._last_key and (self._next_at is None or now < self._next_at):
             return self._last
@@ -395,7 +392,6 @@ class Planner:
             spent_today=view.spent_today,
             own_load=float(running),  # this engine's agents: not load that holds them back
         )
-        claiming = self._claiming
         out = plan(
             view.tasks if not claiming else tuple(t for t in view.tasks if t.id not in claiming),
             gcfg,

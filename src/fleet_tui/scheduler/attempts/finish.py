@@ -33,7 +33,7 @@ from fleet_tui.scheduler.model import Event, Task
 from fleet_tui.scheduler.policy.evidence import nothing_done
 from fleet_tui.scheduler.policy.headroom import MemoryModel
 from fleet_tui.scheduler.policy.outcome import Policy, Verdict, after_verify, decide
-from fleet_tui.scheduler.policy.verify import AgentReviewer, VerifyResult, run_verifiers
+from fleet_tui.scheduler.policy.verify import AgentReviewer, run_verifiers
 from fleet_tui.scheduler.procs.owned import reap_attempt
 from fleet_tui.scheduler.procs.runner import AttemptResult
 from fleet_tui.scheduler.sandbox.policy import verifier_wrap
@@ -181,13 +181,9 @@ class Reaper:
             reviewer.cancel = stop  # type: ignore[attr-defined]
         wrap = verifier_wrap(self.home, self._config().sandbox, task, workdir)
         r.verifying = True
-
-        def check() -> VerifyResult:
-            return run_verifiers(
-                task.spec.verify, workdir, reviewer=reviewer, wrap=wrap, cancel=stop, home=self.home
-            )
-
-        vr = check()
+        vr = run_verifiers(
+            task.spec.verify, workdir, reviewer=reviewer, wrap=wrap, cancel=stop, home=self.home
+        )
         r.verifying = False
         # a review is part of the task's cost (and of today's spend, through the attempt record)
         att["cost_usd"] += float(getattr(reviewer, "cost_usd", 0.0) or 0.0)

@@ -18,7 +18,7 @@ import time
 # -- the files of an attempt directory (tasks/<id>/attempts/<n>/, reviews/<n>/) --------------------
 #: the shim's pid and start time, then its agent's: what adoption and reaping go by
 SHIM_JSON = "shim.json"
-#: the agent's exit status and why it ended, written once, durably, when it ended
+#: the agent's exit status and why it ended, written once when it ended (atomically)
 EXIT_JSON = "exit.json"
 #: blank space set aside for exit.json as the agent starts (a full disk cannot take it)
 EXIT_RESERVED = "exit.json.reserved"
@@ -183,10 +183,8 @@ def write_deadline(dir: str, deadline: float) -> None:
     path = os.path.join(dir, LEASE)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
     except OSError:
-        pass  # the folder is missing or the disk is full: the error comes from the path below
+        pass  # there is one already (or no folder, no room: the path below says so)
     else:
         try:
             os.write(fd, text.encode())
