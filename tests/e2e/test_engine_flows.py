@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -46,7 +47,10 @@ def test_eight_processes_drain_500_tasks_exactly_once(tmp_path: Path) -> None:
     assert max(counts.values()) == 1
 
 
-def test_kill9_supervisor_then_restart_adopts_without_second_agent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("record", ["written", "lost"])
+def test_kill9_supervisor_then_restart_adopts_without_second_agent(tmp_path: Path, record: str) -> None:
+    """``lost``: the engine died after starting the agents but before writing their attempts'
+    records (they are written once an agent runs): they are adopted from their folders."""
     home, log = tmp_path / "home", tmp_path / "side.txt"
     for i in range(4):
         fleet(
@@ -66,6 +70,9 @@ def test_kill9_supervisor_then_restart_adopts_without_second_agent(tmp_path: Pat
     assert len(running) == 4
     os.kill(run1.pid, signal.SIGKILL)
     run1.wait(timeout=10)
+    if record == "lost":
+        with sqlite3.connect(home / "fleet.db") as db:
+            db.execute("DELETE FROM attempts")
     # the agents keep running under their shims while no supervisor exists
     run2 = fleet_bg(home, "run", "--until-idle", "--max-concurrent", "4", log=tmp_path / "run2.log")
     assert run2.wait(timeout=60) == 0, (tmp_path / "run2.log").read_text()

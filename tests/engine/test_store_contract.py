@@ -440,6 +440,21 @@ def test_attempts(store: Any) -> None:
     assert store.get_attempt(a.id, 2).owner == "e2" and store.get_attempt(a.id, 2).cost_usd == 0.0
 
 
+def test_start_attempt_records_the_attempt_and_the_workdir_of_its_claim(store: Any) -> None:
+    store.add_tasks([spec("a")], NOW)
+    t = claim(store, "e1")
+    store.start_attempt(
+        Attempt(task_id=t.id, n=1, owner="e1", dir="/d/1", started_at=NOW, prompt="hi", shim_pid=42), "/w"
+    )
+    at = store.get_attempt(t.id, 1)
+    assert (at.owner, at.dir, at.prompt, at.shim_pid) == ("e1", "/d/1", "hi", 42)
+    assert store.get_task(t.id).workdir == "/w"
+    # an engine that lost the claim still records what it started, but not the task's workdir
+    store.start_attempt(Attempt(task_id=t.id, n=1, owner="e2", dir="/d/1b", started_at=NOW), "/elsewhere")
+    assert store.get_attempt(t.id, 1).owner == "e2"
+    assert store.get_task(t.id).workdir == "/w"
+
+
 def test_spent_since(store: Any) -> None:
     (a,) = store.add_tasks([spec("a")], NOW)
     assert store.spent_since(0) == 0.0

@@ -180,7 +180,7 @@ class Engine(Controller):
             self.life, self.home, settings, self.policy, self.reviewer, self.mem, self.rate_limits,
             self.merger, self.sink.take, self.notice,
         )  # fmt: skip
-        self.adopter = Adopter(self.life, settings, self.host, self._launch_runner, self.wake)
+        self.adopter = Adopter(self.life, settings, self.host, self._launch_runner, self.wake, self.home)
         self.planner = Planner(
             self.store,
             config=lambda: self.cfg,

@@ -20,10 +20,10 @@ import anyio
 from fleet_tui.coders.base import CoderNotFound, get_coder
 from fleet_tui.config import Config
 from fleet_tui.scheduler import lifecycle as lc
-from fleet_tui.scheduler.attempts.launch import Launch
+from fleet_tui.scheduler.attempts.launch import Launch, attempt_dir
 from fleet_tui.scheduler.control import owner_alive
 from fleet_tui.scheduler.lifecycle import AttemptOutcome, Lifecycle
-from fleet_tui.scheduler.model import Task
+from fleet_tui.scheduler.model import Attempt, Task
 from fleet_tui.scheduler.procs import attemptdir
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.owned import reap_attempt
@@ -42,8 +42,10 @@ class Adopter:
         host: str,
         start_runner: Callable[[Task, Launch], None],
         wake: Callable[[], None],
+        home: Path,
     ) -> None:
         self.life = life
+        self.home = Path(home)
         self.store = life.store
         self._config = config
         self.host = host
@@ -62,6 +64,8 @@ class Adopter:
         if alive:
             return
         att = await anyio.to_thread.run_sync(store.get_attempt, t.id, t.attempt)
+        if att is None and same_host and t.attempt > 0:
+            att = await anyio.to_thread.run_sync(self._unrecorded, t, now)
         info = attemptdir.read_shim(Path(att.dir)) if att and att.dir else None
         if same_host and att is not None and info is not None:
             new = await anyio.to_thread.run_sync(
@@ -116,3 +120,28 @@ class Adopter:
         )
         await anyio.to_thread.run_sync(lambda: self.life.apply(t, lc.requeue_crashed(), held=True))
         self._wake()
+
+    def _unrecorded(self, t: Task, now: float) -> Attempt | None:
+        """The record of an attempt whose engine died after starting its agent but before
+        recording it (launch.py records an attempt once its agent runs), made from the
+        ``shim.json`` in its folder and written; None when no shim got that far."""
+        adir = attempt_dir(self.home, t.id, t.attempt)
+        info = attemptdir.read_shim(adir)
+        if info is None:
+            return None
+        try:
+            prompt = (adir / attemptdir.PROMPT).read_text(encoding="utf-8")
+        except (OSError, ValueError):
+            prompt = ""
+        a = Attempt(
+            task_id=t.id,
+            n=t.attempt,
+            owner=t.owner or "",
+            dir=str(adir),
+            started_at=info.started_at or t.attempt_started_at or now,
+            prompt=prompt,
+            shim_pid=info.pid,
+            shim_create_time=float(info.start_ticks or 0),
+        )
+        self.store.put_attempt(a)
+        return a

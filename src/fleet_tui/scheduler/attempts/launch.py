@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -323,17 +323,6 @@ class Launcher:
             )  # fmt: skip
             argv = sbp.wrap(policy, adir, argv)
         now = self.clock()
-        store.put_attempt(
-            Attempt(
-                task_id=task.id,
-                n=task.attempt,
-                owner=self.owner,
-                dir=str(adir),
-                started_at=now,
-                prompt=prompt,
-            )
-        )
-        store.update_task(task.id, owner=self.owner, attempt=task.attempt, workdir=str(workdir))
         next_seq = 0
         if cmd.note:  # how this attempt started (continued session or fresh, and why): its first event
             note = Event(
@@ -343,6 +332,10 @@ class Launcher:
             next_seq = 1
         if message is not None:
             followup.clear_pending(store, task.id)
+        attempt = Attempt(
+            task_id=task.id, n=task.attempt, owner=self.owner, dir=str(adir), started_at=now, prompt=prompt,
+            next_seq=next_seq,
+        )  # fmt: skip
         try:
             popen = spawn_shim(
                 adir,
@@ -358,10 +351,15 @@ class Launcher:
                 stdin_file=prompt_file if stdin is not None and stdin == prompt.encode() else None,
             )
         except OSError as e:
+            store.start_attempt(attempt, str(workdir))  # what was tried, for the person who looks
             raise LaunchError(f"could not start the shim: {e}") from e
-        followup.record(adir, plan, cmd)  # how it started: after the agent, not before it
+        # the attempt's record, its shim and the task's workdir: one write, after the agent
+        # started (an engine that dies before it is adopted from the attempt's folder: adopt.py)
         ticks = getattr(popen, "start_ticks", None) or shimmod.proc_start_ticks(popen.pid)
-        store.update_attempt(task.id, task.attempt, shim_pid=popen.pid, shim_create_time=float(ticks or 0))
+        store.start_attempt(
+            replace(attempt, shim_pid=popen.pid, shim_create_time=float(ticks or 0)), str(workdir)
+        )
+        followup.record(adir, plan, cmd)  # how it started: after the agent, not before it
         return Launch(
             dir=adir,
             coder=coder,

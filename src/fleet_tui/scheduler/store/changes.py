@@ -21,7 +21,6 @@ backs off before it tries again.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import select
@@ -148,7 +147,9 @@ class FolderWatch:
     @classmethod
     def open(cls, folder: str, names: Iterable[str]) -> FolderWatch | None:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            # the process's own symbols hold libc's: find_library would run `ldconfig -p` (a
+            # process start and a parse, at every engine's start) to name the same library
+            libc = ctypes.CDLL(None, use_errno=True)
             init = libc.inotify_init1
             add = libc.inotify_add_watch
         except (OSError, AttributeError):

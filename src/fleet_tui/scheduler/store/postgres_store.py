@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import asdict
 from enum import Enum
 from typing import Any
 
@@ -40,11 +39,13 @@ from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed, e
 from fleet_tui.scheduler.store.postgres_base import PgBase, Tx
 from fleet_tui.scheduler.store.protocol import (
     ATTEMPT_COLUMNS,
+    ATTEMPT_FIELDS,
     REUSABLE,
     TASK_COLUMNS,
     DuplicateName,
     StoreError,
     TaskChanges,
+    attempt_values,
     event_from_row,
     event_payload,
     new_id,
@@ -517,15 +518,22 @@ RETURNING id, attempt"""
             return cur
 
     # -- attempts ------------------------------------------------------------------------------
+    _PUT_ATTEMPT = (
+        f"INSERT INTO attempts ({', '.join(ATTEMPT_FIELDS)})"
+        f" VALUES ({', '.join(['%s'] * len(ATTEMPT_FIELDS))})"
+        f" ON CONFLICT (task_id, n) DO UPDATE SET {', '.join(f'{c} = EXCLUDED.{c}' for c in ATTEMPT_COLUMNS)}"
+    )
+
     def put_attempt(self, a: Attempt) -> None:
-        d = asdict(a)
-        cols = ", ".join(d)
-        upd = ", ".join(f"{c} = EXCLUDED.{c}" for c in ATTEMPT_COLUMNS)
         with self._tx() as tx:
+            tx.execute(self._PUT_ATTEMPT, attempt_values(a))
+
+    def start_attempt(self, a: Attempt, workdir: str) -> None:
+        with self._tx() as tx:
+            tx.execute(self._PUT_ATTEMPT, attempt_values(a))
             tx.execute(
-                f"INSERT INTO attempts ({cols}) VALUES ({', '.join(['%s'] * len(d))})"
-                f" ON CONFLICT (task_id, n) DO UPDATE SET {upd}",
-                tuple(d.values()),
+                "UPDATE tasks SET workdir = %s WHERE id = %s AND owner = %s AND attempt = %s",
+                (workdir, a.task_id, a.owner, a.n),
             )
 
     def update_attempt(self, task_id: str, n: int, *, owner: str | None = None, **fields: Any) -> bool:

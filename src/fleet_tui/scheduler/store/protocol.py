@@ -53,6 +53,13 @@ TASK_COLUMNS: tuple[str, ...] = tuple(
 
 #: columns of the attempts table (besides task_id, n)
 ATTEMPT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt) if f.name not in ("task_id", "n"))
+#: every field of an attempt, in the order ``attempt_values`` gives them
+ATTEMPT_FIELDS: tuple[str, ...] = ("task_id", "n", *ATTEMPT_COLUMNS)
+
+
+def attempt_values(a: Attempt) -> tuple[Any, ...]:
+    """An attempt's values in ``ATTEMPT_FIELDS`` order (``asdict`` would deep-copy each one)."""
+    return tuple(getattr(a, f) for f in ATTEMPT_FIELDS)
 
 
 # Starts at a random value per process: two processes adding tasks in the same millisecond would
@@ -319,6 +326,12 @@ class Store(Protocol):
 
     # -- attempts ----------------------------------------------------------------------------
     def put_attempt(self, a: Attempt) -> None: ...
+
+    def start_attempt(self, a: Attempt, workdir: str) -> None:
+        """An attempt whose agent was just started: its record (``put_attempt``) and the task's
+        ``workdir`` (only while ``a.owner`` holds the task's claim for attempt ``a.n``), in one
+        transaction."""
+        ...
 
     def update_attempt(self, task_id: str, n: int, *, owner: str | None = None, **fields: Any) -> bool:
         """Update an attempt; with ``owner`` only while that engine still holds the task's claim."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import asdict
 from typing import Any
 
 from fleet_tui.scheduler.model import (
@@ -25,11 +24,13 @@ from fleet_tui.scheduler.model import (
 from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed, entry_fields
 from fleet_tui.scheduler.store.protocol import (
     ATTEMPT_COLUMNS,
+    ATTEMPT_FIELDS,
     REUSABLE,
     TASK_COLUMNS,
     DuplicateName,
     StoreError,
     TaskChanges,
+    attempt_values,
     event_from_row,
     event_payload,
     new_id,
@@ -438,13 +439,21 @@ RETURNING *"""
             return cur
 
     # -- attempts ------------------------------------------------------------------------------
+    _PUT_ATTEMPT = (
+        f"INSERT OR REPLACE INTO attempts ({', '.join(ATTEMPT_FIELDS)})"
+        f" VALUES ({', '.join('?' * len(ATTEMPT_FIELDS))})"
+    )
+
     def put_attempt(self, a: Attempt) -> None:
-        d = asdict(a)
-        cols = ", ".join(d)
         with self._tx() as db:
+            db.execute(self._PUT_ATTEMPT, attempt_values(a))
+
+    def start_attempt(self, a: Attempt, workdir: str) -> None:
+        with self._tx() as db:
+            db.execute(self._PUT_ATTEMPT, attempt_values(a))
             db.execute(
-                f"INSERT OR REPLACE INTO attempts ({cols}) VALUES ({', '.join('?' * len(d))})",
-                tuple(d.values()),
+                "UPDATE tasks SET workdir = ? WHERE id = ? AND owner = ? AND attempt = ?",
+                (workdir, a.task_id, a.owner, a.n),
             )
 
     def update_attempt(self, task_id: str, n: int, *, owner: str | None = None, **fields: Any) -> bool:
