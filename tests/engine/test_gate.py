@@ -407,6 +407,31 @@ def test_plan_with_fleet_paused_admits_nothing() -> None:
     assert {d.reason for _, d in got} == {"fleet paused"}
 
 
+def test_a_long_queue_behind_full_slots_is_decided_without_looking_at_each_task() -> None:
+    """Once the slots are taken every later task reads the same; held and timed tasks keep
+    their own reason. Counted: the account (the per-task work) is asked for 5 of 2000 tasks."""
+    asked: list[str] = []
+
+    def account(t: Task, coder: str) -> str:
+        asked.append(t.id)
+        return coder
+
+    tasks = [task(f"q{i:04d}", created_at=float(i)) for i in range(2000)]
+    tasks[1500] = task("held", created_at=1500.0)
+    tasks[1600] = task("later", created_at=1600.0, not_before=NOW + 3600)
+    got = plan(
+        tasks, CFG, inputs(running=1), MemoryModel(), default_coder="sim", account_of=account,
+        held={"id-held": "after user-schema"},
+    )  # fmt: skip
+    assert [d.ok for _, d in got[:3]] == [True, True, True]
+    rest = {d.reason for t, d in got[3:] if t.id not in ("id-held", "id-later")}
+    assert rest == {"slots full: 1/4 running + 3 starting before it"}
+    by_id = {t.id: d.reason for t, d in got}
+    assert by_id["id-held"] == "after user-schema"
+    assert by_id["id-later"] == f"waits until {hhmm(NOW + 3600)}"
+    assert len(asked) == 5  # three admitted, the first one held back by the slots, the timed one
+
+
 def test_resolve_coder_and_claim_order() -> None:
     frozen = dataclasses.replace(task(coder="codex"), coder="claude")
     assert resolve_coder(frozen, "sim") == "claude"

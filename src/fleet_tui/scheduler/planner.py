@@ -392,6 +392,15 @@ class Planner:
             spent_today=view.spent_today,
             own_load=float(running),  # this engine's agents: not load that holds them back
         )
+        accounts: dict[tuple[str, str | None], str] = {}
+
+        def account(t: Task, coder: str) -> str:
+            key = (coder, t.model or t.spec.model)
+            found = accounts.get(key)
+            if found is None:
+                found = accounts[key] = account_of(*key)
+            return found
+
         out = plan(
             view.tasks if not claiming else tuple(t for t in view.tasks if t.id not in claiming),
             gcfg,
@@ -399,7 +408,7 @@ class Planner:
             self._mem,
             default_coder=cfg.default_coder,
             held=view.held,
-            account_of=lambda t, c: account_of(c, t.model or t.spec.model),
+            account_of=account,
             note_starting=not admitting,
             ordered=True,
         )

@@ -268,6 +268,9 @@ def plan(
     # once per kind and state, so a long queue of look-alikes costs little
     stage = 0
     seen: dict[tuple[object, ...], Decision] = {}
+    # once the fleet is paused or its slots are all taken, every later task that is not held
+    # gets the same decision: a long queue behind full slots costs a lookup per task
+    full: Decision | None = None
     queue = tasks if ordered else sorted((t for t in tasks if t.status == TaskStatus.QUEUED), key=claim_order)
     for task in queue:
         why = held.get(task.id)
@@ -283,6 +286,9 @@ def plan(
                 continue
             nb = task.not_before
             out.append((task, Decision(False, f"waits until {hhmm(nb)}", nb)))
+            continue
+        if full is not None:
+            out.append((task, full))
             continue
         coder = resolve_coder(task, default_coder)
         account = account_of(task, coder) if account_of is not None else coder
@@ -303,6 +309,8 @@ def plan(
                 decision.retry_at,
             )
         out.append((task, decision))
+        if not decision.ok and (inp.paused or state.running >= cfg.max_concurrent):
+            full = decision  # paused or slots full: ``decide`` says so before anything else
         if decision.ok:
             hr = state.headroom
             if hr.mem_available is not None:
