@@ -90,3 +90,27 @@ def test_engine_with_another_store_keeps_a_live_worktree(tmp_path: Path) -> None
     finally:
         run.terminate()
         run.wait(timeout=30)
+
+
+def test_engine_with_another_store_keeps_a_worktree_being_set_up(tmp_path: Path) -> None:
+    """The worktree is marked before it is made: while its setup command runs (no agent, no
+    lease yet), an engine with another store starting on the same home leaves it alone."""
+    repo = _repo(tmp_path / "repo")
+    home = tmp_path / "home"
+    started = tmp_path / "setup-started"
+    fleet(home, "config", "set", "worktree_setup", f"touch {started}; sleep 4")
+    fleet(home, "add", "w", "--name", "w", "--cwd", str(repo), "--git-ref", "main", "--command", "true")
+    run = fleet_bg(home, "run", "--until-idle", log=tmp_path / "run.log")
+    try:
+        wait_for(started.exists, 30, what="the worktree's setup to start")
+        wt = home / "worktrees" / "w"
+        assert wt.is_dir()
+        other = f"sqlite:///{tmp_path / 'other.db'}"
+        p = fleet(home, "run", "--until-idle", "--store", other, timeout=60)
+        assert wt.is_dir(), p.stdout + p.stderr
+        assert run.wait(timeout=60) == 0, (tmp_path / "run.log").read_text()
+        assert by_name(home)["w"]["status"] == "done"
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(timeout=30)

@@ -159,6 +159,13 @@ class Launcher:
                 )
             return cwd, None
         info = load_worktree(self.home, task.id)
+        # other engines on this home (other stores) must leave it alone from now on: while it is
+        # made and set up, and while its agent runs (wtmark.py)
+        from fleet_tui.scheduler.git import wtmark
+
+        name = info.path.name if info is not None else task.name
+        url = getattr(self.store, "url", "")
+        wtmark.mark(self.home, name, url, task.id, attempt_dir(self.home, task.id, task.attempt))
         marker = task_dir(self.home, task.id) / "setup.ok"
         if info is None or not info.path.exists():
             fresh = info is None  # no record yet: a fleet/<name> branch found now is not ours
@@ -267,10 +274,6 @@ class Launcher:
         )  # fmt: skip
         adir = attempt_dir(self.home, task.id, task.attempt)
         _make_attempt_dir(adir)
-        if branch is not None:  # other engines on this home (other stores) must leave it alone
-            from fleet_tui.scheduler.git import wtmark
-
-            wtmark.mark(self.home, workdir.name, getattr(store, "url", ""), task.id, adir)
         mcp_command, mcp_env = server_launch(
             store, self.home, task.id, task.attempt, self.cfg.question_timeout_min * 60, adir
         )
