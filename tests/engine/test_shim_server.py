@@ -89,3 +89,62 @@ def test_without_a_server_the_shim_starts_on_its_own(tmp_path: Path) -> None:
         assert pool.server is not None and pool.server.poll() is None
     finally:
         pool.close()
+
+
+def _waiting_shims(pool: ShimPool) -> set[int]:
+    """The shims the server forked ahead of their jobs."""
+    import psutil
+
+    assert pool.server is not None
+    server = psutil.Process(pool.server.pid)
+    _wait(lambda: len(server.children()) == ShimPool.AHEAD, "the server's waiting shims")
+    return {c.pid for c in server.children()}
+
+
+def test_the_server_forks_shims_ahead_and_they_go_with_the_server(tmp_path: Path) -> None:
+    """A job costs a pipe write: the shim that takes it was forked (in a session of its own)
+    before the job came. Without a job, a waiting shim ends with its server: nothing is left."""
+    import psutil
+
+    pool = ShimPool()
+    pool.fill()
+    try:
+        ahead = _waiting_shims(pool)
+        assert all(os.getsid(pid) == pid for pid in ahead)
+        adir = tmp_path / "a"
+        p = spawn_shim(adir, tmp_path, ["true"], _env(), None, 1.0, time.time() + 60, pool=pool)
+        assert p.pid in ahead  # the job went to a shim forked before it
+        _wait(lambda: p.poll() is not None, "the shim to end")
+        assert json.loads((adir / "exit.json").read_text())["exit_code"] == 0
+        waiting = _waiting_shims(pool)  # another one forked in its place
+        assert p.pid not in waiting and len(waiting - ahead) == 1
+    finally:
+        pool.close()
+    _wait(
+        lambda: all(
+            not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie" for pid in waiting
+        ),
+        "the waiting shims to end with their server",
+    )
+
+
+def test_a_waiting_shim_killed_by_someone_is_passed_over(tmp_path: Path) -> None:
+    import psutil
+
+    pool = ShimPool()
+    pool.fill()
+    try:
+        ahead = _waiting_shims(pool)
+        for pid in ahead:
+            os.kill(pid, 9)
+        for pid in ahead:
+            _wait(lambda pid=pid: not psutil.pid_exists(pid), "the server to reap it")
+        adir = tmp_path / "a"
+        p = spawn_shim(
+            adir, tmp_path, ["sh", "-c", "echo ok"], _env(), None, 1.0, time.time() + 60, pool=pool
+        )
+        assert isinstance(p, ForkedShim) and p.pid not in ahead
+        _wait(lambda: p.poll() is not None, "the shim to end")
+        assert (adir / "stdout.jsonl").read_text() == "ok\n"
+    finally:
+        pool.close()

@@ -172,24 +172,28 @@ def read_deadline(path: str) -> float | None:
         return None
 
 
-def write_deadline(dir: str, deadline: float) -> None:
-    """Renew an attempt's lease (atomically); on a full disk, in place (no new blocks needed).
-    Raises OSError when neither works (no lease file yet and no room for one).
-
-    The first lease of an attempt is written straight into a new file (no temporary file and
+def create_lease(path: str, deadline: float) -> bool:
+    """An attempt's first lease, written straight into a new file (no temporary file and
     rename): a reader then finds no file, an empty one or the deadline, and reads the first two
-    alike (no lease)."""
-    text = f"{deadline:.3f}\n"
-    path = os.path.join(dir, LEASE)
+    alike (no lease). False when there is one already (its supervisor renewed it first) or it
+    cannot be made (no folder, no room)."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError:
-        pass  # there is one already (or no folder, no room: the path below says so)
-    else:
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
+        return False
+    try:
+        os.write(fd, f"{deadline:.3f}\n".encode())
+    finally:
+        os.close(fd)
+    return True
+
+
+def write_deadline(dir: str, deadline: float) -> None:
+    """Renew an attempt's lease (atomically); on a full disk, in place (no new blocks needed).
+    Raises OSError when neither works (no lease file yet and no room for one)."""
+    text = f"{deadline:.3f}\n"
+    path = os.path.join(dir, LEASE)
+    if create_lease(path, deadline):
         return
     tmp = path + ".tmp"
     try:

@@ -15,9 +15,11 @@ directory and builds the shim's command line. It is then started one of two ways
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -83,9 +85,16 @@ def environment(
 
 
 def shim_args(
-    attempt_dir: Path, workdir: Path, argv: list[str], stdin_file: Path | None, grace_s: float, nice: int = 0
+    attempt_dir: Path,
+    workdir: Path,
+    argv: list[str],
+    stdin_file: Path | None,
+    grace_s: float,
+    nice: int = 0,
+    lease_until: float | None = None,
 ) -> list[str]:
-    """The shim's command line (after the interpreter) for one agent."""
+    """The shim's command line (after the interpreter) for one agent; ``lease_until``: the
+    first lease, which the shim writes once its agent runs (unless its supervisor was first)."""
     args = [
         "--dir",
         str(attempt_dir),
@@ -100,21 +109,22 @@ def shim_args(
         args += ["--stdin-file", str(stdin_file)]
     if nice > 0:
         args += ["--nice", str(nice)]
+    if lease_until is not None:
+        args += ["--lease-until", f"{lease_until:.3f}"]
     args += ["--umask", oct(user_umask())]  # fleet-tui's files are private; the agent's are the user's
     return [*args, "--", *argv]
 
 
 def shim_command(inv: Invocation, grace_s: float, lease_deadline: float, nice: int = 0) -> list[str]:
-    """Prepare ``inv``'s attempt directory (its stdin file, its first lease) and return the
-    shim's arguments for it."""
+    """Prepare ``inv``'s attempt directory (its stdin file) and return the shim's arguments for
+    it (the shim writes the first lease: one file less before the agent starts)."""
     adir = inv.attempt_dir
     adir.mkdir(parents=True, exist_ok=True)
     stdin_file = inv.stdin_file
     if stdin_file is None and inv.stdin is not None:
         stdin_file = adir / attemptdir.STDIN
         stdin_file.write_bytes(inv.stdin)
-    attemptdir.write_lease(adir, lease_deadline)
-    return shim_args(adir, inv.workdir, list(inv.argv), stdin_file, grace_s, nice)
+    return shim_args(adir, inv.workdir, list(inv.argv), stdin_file, grace_s, nice, lease_deadline)
 
 
 class ShimProcess(Protocol):
@@ -131,10 +141,13 @@ class ShimProcess(Protocol):
 class ForkedShim:
     """A shim forked by the pool's server (not a child of this process): watched through /proc."""
 
-    def __init__(self, pid: int, start_ticks: int | None) -> None:
+    def __init__(self, pid: int, start_ticks: int | None, done_fd: int | None = None) -> None:
         self._pid = pid
         self.start_ticks = start_ticks
         self.returncode: int | None = None
+        #: readable (at its end) once the shim wrote its exit record, or died: its supervisor
+        #: (the runner) waits on it and closes it
+        self.done_fd = done_fd
 
     @property
     def pid(self) -> int:
@@ -155,76 +168,141 @@ class ForkedShim:
 
 
 class ShimPool:
-    """A fork server for shims, started ahead of time (interpreter up, modules imported): it
-    forks one shim per attempt, so starting an agent costs a pipe write and a fork (about a
-    millisecond) instead of an interpreter start (ten or more, in CPU as much as in time). When
-    this process dies, the pipe closes and the server exits; the shims it forked live on. When
-    the server is gone before it takes a job, ``spawn_shim`` starts the shim directly."""
+    """A fork server for shims, started ahead of time (interpreter up, modules imported). It
+    forks shims before they are needed, each waiting for its job on a pipe of its own, and hands
+    each pipe's writing end to this process over a Unix socket: starting an agent then costs a
+    pipe write, with no round trip to the server (the fork, about a millisecond, and the shim's
+    first steps happen while the agents run; a new interpreter would cost ten or more, in CPU as
+    much as in time). When this process dies the socket and the pipes close: the server and its
+    waiting shims exit, the shims that took a job live on. When the server is gone,
+    ``spawn_shim`` starts the shim directly."""
 
-    ANSWER_S = 60.0  # a server that took a job and does not answer within this is given up
+    AHEAD = 2  # shims forked ahead of their jobs: slots freed together need not wait for a fork
+    ANSWER_S = 60.0  # no waiting shim from the server, or no job read by one, within this: given up
 
     def __init__(self, size: int = 1) -> None:
         self.size = size  # kept for callers; one server forks any number of shims
         self.server: subprocess.Popen[bytes] | None = None
         self.closed = False
         self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
 
     def fill(self) -> None:
         with self._lock:
             if self.closed or (self.server is not None and self.server.poll() is None):
                 return
-            self.server = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                close_fds=True,
-            )
+            self._let_go()
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self.server = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote", str(self.AHEAD)],
+                    stdin=theirs.fileno(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except BaseException:
+                mine.close()
+                raise
+            finally:
+                theirs.close()
+            self._sock = mine
+
+    def _let_go(self) -> None:
+        """Drop a server that is gone (its socket; the shims it forked ahead exit with it)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _waiting(self) -> tuple[int, int, int, int] | None:
+        """A shim forked ahead: ``(pid, start ticks, its job pipe, its done pipe)``; None when
+        the server is gone or sends none in time."""
+        sock, p = self._sock, self.server
+        if sock is None or p is None:
+            return None
+        deadline = time.monotonic() + self.ANSWER_S
+        while not select.select([sock], [], [], 1.0)[0]:
+            if p.poll() is not None or time.monotonic() > deadline:
+                return None
+        try:
+            msg, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(8), socket.MSG_CMSG_CLOEXEC)
+        except OSError:
+            return None
+        fds = [
+            int.from_bytes(data[i : i + 4], sys.byteorder)
+            for level, kind, data in anc
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+            for i in range(0, len(data) - len(data) % 4, 4)
+        ]
+        try:
+            pid, ticks = (int(x) for x in msg.split())
+        except ValueError:
+            for fd in fds:
+                os.close(fd)
+            return None
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            return None
+        return pid, ticks, fds[0], fds[1]
 
     def spawn(self, args: list[str], env: dict[str, str]) -> ForkedShim | None:
         """A shim forked by the server for these shim arguments, or None (start it directly)."""
+        frame = shimmod.encode_job(args, env)
         with self._lock:
             p = self.server
-            if p is None or p.stdin is None or p.stdout is None or p.poll() is not None:
+            if p is None or self._sock is None or p.poll() is not None:
                 return None
-            try:
-                p.stdin.write(shimmod.encode_job(args, env))
-                p.stdin.flush()
-            except OSError:  # it died before taking the whole job: it forked nothing
-                p.kill()
-                self.server = None
-                return None
-            # it took the job: a shim may run from now on, so a second one must never be started
-            # for this attempt (both would live on one lease); no answer fails the attempt's start
-            deadline = time.monotonic() + self.ANSWER_S
-            line = b""
-            while not line and time.monotonic() < deadline and p.poll() is None:
-                ready, _, _ = select.select([p.stdout], [], [], 1.0)
-                if ready:
-                    line = p.stdout.readline()
-            try:
-                pid, ticks = (int(x) for x in line.split())
-            except ValueError:
-                p.kill()
-                self.server = None
-                raise OSError("the shim server took the job but did not answer") from None
-            return ForkedShim(pid, ticks or None)
+            for _ in range(self.AHEAD + 1):
+                got = self._waiting()
+                if got is None:  # the server is gone: start this one directly, and a new server
+                    p.kill()
+                    self.server = None
+                    self._let_go()
+                    return None
+                pid, ticks, job_w, done_r = got
+                taken = _hand_over(job_w, frame, self.ANSWER_S)
+                with contextlib.suppress(OSError):  # the next one (after: its fork must not
+                    self._sock.send(b"n")  # take a core from this shim's first steps)
+                if taken:
+                    return ForkedShim(pid, ticks or None, done_r)
+                os.close(done_r)
+                # that shim died before it took the job (someone killed it): the next one
+            return None
 
     def close(self) -> None:
         with self._lock:
             self.closed = True
             p, self.server = self.server, None
+            self._let_go()
         if p is None:
             return
         try:
-            if p.stdin:
-                p.stdin.close()
             p.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             p.kill()
-        if p.stdout is not None:
-            p.stdout.close()
+
+
+def _hand_over(job_w: int, frame: bytes, timeout_s: float) -> bool:
+    """A job (``encode_job``) to a shim waiting on its pipe; False (nothing taken: a job read in
+    part is never run) when the shim is gone, or reads nothing within ``timeout_s``."""
+    data = frame
+    deadline = time.monotonic() + timeout_s
+    try:
+        os.set_blocking(job_w, False)
+        while data:
+            try:
+                data = data[os.write(job_w, data) :]
+            except BlockingIOError:  # a job larger than the pipe: the shim reads it as it comes
+                if time.monotonic() > deadline:
+                    return False
+                select.select([], [job_w], [], 1.0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(job_w)
 
 
 def start(

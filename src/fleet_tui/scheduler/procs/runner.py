@@ -11,6 +11,7 @@ budget and a lost claim each stop the agent with a stated reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -80,6 +81,14 @@ def spawn_shim(
     process. ``stdin_file``: a file that already holds ``stdin_bytes``."""
     inv = Invocation(tuple(argv), env, stdin_bytes, workdir, attempt_dir, stdin_file)
     return invoke.start(inv, grace_s=grace_s, lease_deadline=lease_deadline, pool=pool, nice=nice)
+
+
+def _closed(fd: int) -> bool:
+    """True once every writer of the pipe ``fd`` (non-blocking) closed it."""
+    try:
+        return os.read(fd, 64) == b""
+    except BlockingIOError:
+        return False
 
 
 class LineSplitter:
@@ -167,6 +176,7 @@ class AttemptRunner:
         self.splitter = LineSplitter(limits.max_line_bytes)
         self.err_splitter = LineSplitter(64 * 1024)
         self.err_offset = 0
+        self._files: dict[str, int] = {}  # the output files, opened once each (see _read)
         self.started_at = started_at if started_at is not None else clock()
         self.last_output = clock()
         self.stop_reason: str | None = None
@@ -285,13 +295,22 @@ class AttemptRunner:
         self.next_seq += 1
         return self.next_seq - 1
 
-    def _read(self, path: Path, offset: int) -> bytes:
+    def _read(self, name: str, offset: int) -> bytes:
+        """The next slice of one of the attempt's output files, kept open while it runs (not
+        opened again on every read); nothing while the shim has not made it yet."""
         try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                return fh.read(READ_CHUNK)
+            fd = self._files.get(name)
+            if fd is None:
+                fd = self._files[name] = os.open(self.dir / name, os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(fd, READ_CHUNK, offset)
         except OSError:
             return b""
+
+    def close_files(self) -> None:
+        for fd in self._files.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._files.clear()
 
     def _cap_text(self, e: Event) -> Event:
         if e.text is not None and len(e.text) > EVENT_TEXT_CAP:
@@ -308,7 +327,7 @@ class AttemptRunner:
         ``final`` (the agent has ended) a last line without a newline is flushed once all is read."""
         ts = self.clock()
         events: list[Event] = []
-        chunk = self._read(self.dir / attemptdir.STDOUT, self.read_pos)
+        chunk = self._read(attemptdir.STDOUT, self.read_pos)
         if chunk:
             self.read_pos += len(chunk)
             self.last_output = ts
@@ -318,7 +337,7 @@ class AttemptRunner:
             events.extend(self._feed(self.splitter.flush(), ts))
         # the stored offset is the start of the current partial line: a restart re-reads it whole
         self.offset = self.read_pos - self.splitter.pending()
-        err = self._read(self.dir / attemptdir.STDERR, self.err_offset)
+        err = self._read(attemptdir.STDERR, self.err_offset)
         if err:
             self.err_offset += len(err)
             self.last_output = ts
@@ -392,14 +411,21 @@ class AttemptRunner:
 
     async def run(self) -> AttemptResult:
         pidfd: int | None = None
-        if self.shim_pid is not None:
+        # a shim from the pool closes its done pipe once its exit record is written: that is
+        # its end, heard before the process is torn down (its pid says so a millisecond later)
+        done: int | None = getattr(self.popen, "done_fd", None)
+        finished = False  # the done pipe closed: the exit record is written (or the shim died)
+        if done is not None:
+            self.popen.done_fd = None  # type: ignore[union-attr]  # the runner's from now on
+            os.set_blocking(done, False)
+        elif self.shim_pid is not None:
             try:  # wakes the moment the shim exits instead of on the next tick
                 pidfd = os.pidfd_open(self.shim_pid)
             except (AttributeError, OSError):
                 pidfd = None
         try:
             while True:
-                alive = self.shim_alive()
+                alive = not finished and (done is not None or self.shim_alive())
                 events = self.poll_output(final=not alive)
                 if self.watch is not None:
                     self.watch(self, events, self.clock())
@@ -412,14 +438,20 @@ class AttemptRunner:
                 if self.more:  # a backlog: the next slice right away, after letting others run
                     await anyio.sleep(0)
                     continue
-                if pidfd is not None:
+                if done is not None:
+                    with anyio.move_on_after(self.limits.tick_s):
+                        await anyio.wait_readable(done)
+                    finished = _closed(done)
+                elif pidfd is not None:
                     with anyio.move_on_after(self.limits.tick_s):
                         await anyio.wait_readable(pidfd)
                 else:
                     await anyio.sleep(self.limits.tick_s)
         finally:
-            if pidfd is not None:
-                os.close(pidfd)
+            self.close_files()
+            for fd in (pidfd, done):
+                if fd is not None:
+                    os.close(fd)
         info = attemptdir.read_exit(self.dir)
         if info is None:
             exit_code, reason = None, ExitReason.CRASHED

@@ -55,6 +55,7 @@ class Shim:
         self.dir: str = args.dir
         self.grace: float = args.grace
         self.lease_file: str | None = args.lease_file
+        self.lease_until: float | None = args.lease_until
         self.argv: list[str] = args.argv
         self.env: dict[str, str] = args.env if args.env is not None else dict(os.environ)
         self.cwd: str = args.cwd
@@ -66,6 +67,9 @@ class Shim:
         self.pid = os.getpid()
         self.agent_pid: int | None = None
         self.agent_status: int | None = None
+        #: a pipe only this shim writes to: closed once exit.json is written, so its supervisor
+        #: hears of the end at once (not after the whole process is torn down)
+        self.done_fd: int | None = None
 
     def reap_zombies(self) -> None:
         proctree.reap_children(self._reaped)
@@ -82,7 +86,7 @@ class Shim:
 
     def run(self) -> int:
         proctree.become_subreaper()
-        ticks, started_at = proctree.proc_start_ticks(self.pid), time.time()
+        started_at = time.time()
         shim_json = os.path.join(self.dir, files.SHIM_JSON)
 
         def on_term(signum: int, frame: object) -> None:
@@ -132,12 +136,14 @@ class Shim:
         os.close(out_fd)
         os.close(err_fd)
         self.agent_pid = pid
+        if self.lease_file and self.lease_until is not None:  # the first lease: after the agent
+            files.create_lease(self.lease_file, self.lease_until)
         # the exit record's space, set aside before the agent could have filled the disk (it
         # has barely started); after it, not before: one file creation less before it starts
         files.reserve_exit(self.dir)
         # written once the agent runs (its supervisor knows the shim's pid from its start, and a
         # supervisor that adopts it needs the agent's too): one file write before the agent less
-        agent_ticks = proctree.proc_start_ticks(pid)
+        ticks, agent_ticks = proctree.proc_start_ticks(self.pid), proctree.proc_start_ticks(pid)
         files.write_json(shim_json, files.shim_record(self.pid, ticks, started_at, pid, agent_ticks))
 
         try:
@@ -196,6 +202,9 @@ class Shim:
                 sig = os.WTERMSIG(status)
                 exit_code = 128 + sig
         files.write_exit(self.dir, files.exit_record(exit_code, sig, self.stop_reason, time.time(), killed))
+        if self.done_fd is not None:
+            os.close(self.done_fd)
+            self.done_fd = None
         return 0
 
 
@@ -207,6 +216,7 @@ class Args:
         self.cwd = ""
         self.grace = 5.0
         self.lease_file: str | None = None
+        self.lease_until: float | None = None
         self.stdin_file: str | None = None
         self.nice = 0
         self.umask: int | None = None
@@ -229,6 +239,8 @@ class Args:
                 self.grace = float(v)
             elif a == "--lease-file":
                 self.lease_file = v
+            elif a == "--lease-until":
+                self.lease_until = float(v)
             elif a == "--stdin-file":
                 self.stdin_file = v
             elif a == "--nice":
@@ -252,15 +264,30 @@ def _read_exact(fd: int, n: int) -> bytes:
     return bytes(buf)
 
 
+def read_frame(fd: int = 0) -> bytes:
+    """One job's body as written by :func:`encode_job` (its length line read, not kept). A shim's
+    job pipe carries one job, so what comes with the length line is the start of its body."""
+    head = bytearray()
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise EOFError
+        head += chunk
+        nl = head.find(b"\n")
+        if 0 <= nl <= 20:
+            break
+        if nl > 20 or len(head) > 20:
+            raise ValueError("not a job's length line")
+    line, _, body = bytes(head).partition(b"\n")
+    n = int(line)
+    if len(body) > n:
+        raise ValueError("more than one job in the pipe")
+    return body + _read_exact(fd, n - len(body))
+
+
 def read_job(fd: int = 0) -> tuple[list[str], dict[str, str]]:
     """A warm shim's job as written by :func:`encode_job`."""
-    header = bytearray()
-    while not header.endswith(b"\n"):
-        ch = os.read(fd, 1)
-        if not ch or len(header) > 20:
-            raise EOFError
-        header += ch
-    return decode_job(_read_exact(fd, int(header)))
+    return decode_job(read_frame(fd))
 
 
 def _fields(body: bytes) -> list[str]:
@@ -302,7 +329,7 @@ def encode_job(argv: list[str], env: dict[str, str]) -> bytes:
     return str(len(body)).encode() + b"\n" + body
 
 
-def _serve(job: list[str], env: dict[str, str]) -> int:
+def _serve(job: list[str], env: dict[str, str], done_fd: int | None = None) -> int:
     """Run one job handed over a pipe: stdin from /dev/null, output to the attempt's shim.log."""
     parsed = Args(job)
     parsed.env = env
@@ -313,57 +340,103 @@ def _serve(job: list[str], env: dict[str, str]) -> int:
     os.dup2(log, 2)
     os.close(null)
     os.close(log)
-    return Shim(parsed).run()
+    shim = Shim(parsed)
+    shim.done_fd = done_fd
+    return shim.run()
 
 
-def zygote() -> int:
-    """A fork server: reads jobs from stdin and forks one shim per job (in a session of its own),
-    answering each with ``PID START_TICKS`` on stdout. Forking this small, already started
-    process costs about a millisecond; a new interpreter costs ten or more. It reaps the shims it
-    forked; when the supervisor goes away (stdin closes) it exits and the shims live on."""
+def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
+    """A shim forked ahead of its job: ``(pid, start ticks, write end of its job pipe, read end
+    of its done pipe)``. It sets itself up at once (a session of its own, the server's signals
+    and files let go) and waits for one job on the pipe; a pipe closed without one (the server
+    went away) ends it. It closes the done pipe once its exit record is written."""
+    job_r, job_w = os.pipe()
+    done_r, done_w = os.pipe()  # not inherited by the agent (close-on-exec)
+    pid = os.fork()
+    if pid == 0:  # the shim: nothing of the server's may leak into it
+        code = 0
+        try:
+            os.close(job_w)
+            os.close(done_r)
+            os.setsid()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(wake_r)
+            os.close(wake_w)
+            null = os.open(os.devnull, os.O_RDWR)  # the server's pipes to its supervisor: not ours
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.close(null)
+            try:
+                job, env = read_job(job_r)
+            except (EOFError, ValueError, OSError):
+                os._exit(0)
+            os.close(job_r)
+            code = 1
+            code = _serve(job, env, done_w)
+        except BaseException:
+            import traceback  # only on a failure: to shim.log once _serve has opened it
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(job_r)
+    os.close(done_w)
+    return pid, proctree.proc_start_ticks(pid) or 0, job_w, done_r
+
+
+def zygote(ahead: int = 1) -> int:
+    """A fork server on a Unix socket (its stdin) to its supervisor: it keeps ``ahead`` shims
+    forked ahead of their jobs, each waiting on a pipe of its own, and sends the supervisor each
+    one's pid, start ticks and the pipe's writing end; the supervisor writes a job straight into
+    a pipe, then asks for another (``n``). Forking this small, already started process costs
+    about a millisecond; a new interpreter costs ten or more. It reaps the shims it forked; when
+    the supervisor goes away (the socket closes) it exits, and so do the shims still waiting (their
+    pipes close); the others live on."""
+    import socket  # the server only: a shim needs none
+
     proctree.preload_prctl()  # every shim makes itself a subreaper: inherit ctypes, don't import it
+    sock = socket.socket(fileno=0)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select below
-    while True:
-        ready, _, _ = select.select([0, wake_r], [], [])
-        if wake_r in ready:
-            try:
-                os.read(wake_r, 512)
-            except BlockingIOError:
-                pass
-        proctree.reap_children()
-        if 0 not in ready:
-            continue
-        try:
-            job, env = read_job(0)
-        except (EOFError, ValueError, OSError):
-            return 0
-        pid = os.fork()
-        if pid == 0:  # the shim: nothing of the server's may leak into it
-            code = 1
-            try:
-                os.setsid()
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                os.close(wake_r)
-                os.close(wake_w)
-                code = _serve(job, env)
-            except BaseException:
-                import traceback  # only on a failure: to shim.log once _serve has opened it
 
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        os.write(1, f"{pid} {proctree.proc_start_ticks(pid) or 0}\n".encode())
+    def send_one() -> None:
+        pid, ticks, job_w, done_r = _fork_shim(wake_r, wake_w)
+        try:
+            socket.send_fds(sock, [f"{pid} {ticks}".encode()], [job_w, done_r])
+        finally:
+            os.close(job_w)  # the supervisor's copies are the only ones: its end ends the shim
+            os.close(done_r)
+
+    try:
+        for _ in range(ahead):
+            send_one()
+        while True:
+            ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+            proctree.reap_children()
+            if sock.fileno() not in ready:
+                continue
+            asked = sock.recv(64)
+            if not asked:
+                return 0
+            for _ in range(asked.count(b"n")):
+                send_one()
+    except OSError:  # the supervisor went away while a shim was being sent
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args == ["--zygote"]:
-        return zygote()
+    if args[:1] == ["--zygote"]:
+        return zygote(int(args[1]) if len(args) > 1 else 1)
     if args == ["--warm"]:
         # started ahead of time with everything imported; waits for its job on stdin. A supervisor
         # that dies before handing one over closes the pipe, and the warm shim just exits.
