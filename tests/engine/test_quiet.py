@@ -126,7 +126,7 @@ async def _settle(store: CountingStore, quiet_s: float = 1.5, limit_s: float = 6
 
 
 async def test_an_idle_engine_reads_nothing_until_something_changes(
-    tmp_path: Path, stores: Callable[[], SqliteStore]
+    tmp_path: Path, stores: Callable[[], SqliteStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -144,10 +144,24 @@ async def test_an_idle_engine_reads_nothing_until_something_changes(
                 await anyio.sleep(0.05)
         await _settle(counting)
         before = dict(counting.reads)
+        handovers: list[str] = []
+        run_sync = anyio.to_thread.run_sync
+
+        async def counted(fn: Any, *args: Any, **kw: Any) -> Any:
+            handovers.append(getattr(fn, "__qualname__", repr(fn)))
+            return await run_sync(fn, *args, **kw)
+
+        monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
         await anyio.sleep(5.0)  # idle: nothing changes anywhere
+        monkeypatch.undo()
         assert dict(counting.reads) == before, (
             f"an idle engine read the store: {dict(counting.reads)} vs {before}"
         )
+        # a second of an idle engine (a 1 s heartbeat here): one hand-over for the housekeeping
+        # tick's reads, one for the change watcher's slice, the heartbeat and the host's row
+        # (there were seven: the file check, the config file, the headroom, the agents' memory
+        # and the snapshot's figures each had one of their own)
+        assert len(handovers) <= 4 * 5 + 3, handovers
 
         # another process adds a task: the engine wakes, reads what changed, and plans it
         writer.add_tasks([spec("new", requires=("gpu",))], time.time())

@@ -665,19 +665,36 @@ class Engine(Controller):
         await self._heartbeat()
         self._write_lease_files()
 
+    def _tick_reads(
+        self, first: bool, pids: list[int]
+    ) -> tuple[Config | None, str | None, Headroom, list[int | None]]:
+        """What a housekeeping tick reads, in one worker call (an idle engine's second costs one
+        hand-over): the database file still there (raises StoreError when it was deleted or
+        replaced under us), the config file, the machine's headroom, the agents' memory (each
+        tree a walk of /proc)."""
+        check = getattr(self.resilient.inner, "check_file", None)
+        if check is not None:
+            check()
+        new_cfg, err = self._watcher.poll() if self._watcher is not None and not first else (None, None)
+        return new_cfg, err, self._read_headroom(), [tree_memory(pid) for pid in pids]
+
     async def _tick_housekeeping(self, first: bool = False) -> None:
         self._hk_n = getattr(self, "_hk_n", 0) + 1
-        check = getattr(self.resilient.inner, "check_file", None)
-        if check is not None:  # the database file deleted or replaced under us: stop (StoreError)
-            await anyio.to_thread.run_sync(check)
-        if self._watcher is not None and not first:
-            new_cfg, err = await anyio.to_thread.run_sync(self._watcher.poll)
-            if new_cfg is not None:
-                self.cfg = dataclasses.replace(new_cfg, **self.overrides)
-                self.bus.publish([Notice("config reloaded")])
-                self.wake()
-            elif err:
-                self.bus.publish([Notice(f"config not reloaded: {err}")])
+        # agent memory: a new agent at once, then every 5 s
+        running = [
+            (r, r.runner.shim_pid)
+            for r in self.runners.values()
+            if r.runner.shim_pid and (not r.peak_mem or self._hk_n % 5 == 0)
+        ]
+        new_cfg, err, headroom, mems = await anyio.to_thread.run_sync(
+            self._tick_reads, first, [pid for _, pid in running]
+        )
+        if new_cfg is not None:
+            self.cfg = dataclasses.replace(new_cfg, **self.overrides)
+            self.bus.publish([Notice("config reloaded")])
+            self.wake()
+        elif err:
+            self.bus.publish([Notice(f"config not reloaded: {err}")])
         if isinstance(self.clock, StoreClock) and self._hk_n % 30 == 0:
             await anyio.to_thread.run_sync(self.clock.refresh)
         if first:
@@ -685,20 +702,10 @@ class Engine(Controller):
         elif self._hk_n % max(1, int(self.cfg.heartbeat_s)) == 0 and self._others_active():
             await self._adopt_orphans()
         before = self.planner.headroom_key(self._headroom)
-        self._headroom = await anyio.to_thread.run_sync(self._read_headroom)
+        self._headroom = headroom
         if self.planner.headroom_key(self._headroom) != before:
             self._wake.set()  # plan again (from what the planner holds: no store read)
-        # agent memory (each tree a walk of /proc): a new agent at once, then every 5 s
-        running = [
-            (r, r.runner.shim_pid)
-            for r in self.runners.values()
-            if r.runner.shim_pid and (not r.peak_mem or self._hk_n % 5 == 0)
-        ]
-
-        def measure() -> list[int | None]:
-            return [tree_memory(pid) for _, pid in running]
-
-        for (r, _), m in zip(running, await anyio.to_thread.run_sync(measure), strict=True):
+        for (r, _), m in zip(running, mems, strict=True):
             if m:
                 r.peak_mem = max(r.peak_mem, m)
         await self._refresh_snapshot()
@@ -794,7 +801,8 @@ class Engine(Controller):
             )
 
         prev = self._snapshot
-        built = await anyio.to_thread.run_sync(work)
+        # nothing to write or read: the figures and the pulse are put together here, no hand-over
+        built = await anyio.to_thread.run_sync(work) if report or full else work()
         if not full:
             self._snapshot = built
             self.bus.publish([GaugesChanged(built.gauges)])
