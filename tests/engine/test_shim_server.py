@@ -148,3 +148,25 @@ def test_a_waiting_shim_killed_by_someone_is_passed_over(tmp_path: Path) -> None
         assert (adir / "stdout.jsonl").read_text() == "ok\n"
     finally:
         pool.close()
+
+
+def test_a_pooled_shim_closes_its_done_pipe_after_its_exit_record(tmp_path: Path) -> None:
+    """Its supervisor hears of the end from the pipe, before the process is torn down; the agent
+    never holds the pipe (nor any other of the server's files): only stdin, stdout, stderr."""
+    import select
+
+    pool = ShimPool()
+    pool.fill()
+    try:
+        adir = tmp_path / "a"
+        p = spawn_shim(
+            adir, tmp_path, ["sh", "-c", "ls /proc/$$/fd"], _env(), None, 1.0, time.time() + 60, pool=pool
+        )
+        assert isinstance(p, ForkedShim) and p.done_fd is not None
+        ready, _, _ = select.select([p.done_fd], [], [], 30)
+        assert ready and os.read(p.done_fd, 64) == b""  # closed: every writer is gone
+        assert (adir / "exit.json").exists()  # written before the pipe was closed
+        assert (adir / "stdout.jsonl").read_text().split() == ["0", "1", "2"]
+        os.close(p.done_fd)
+    finally:
+        pool.close()
