@@ -229,7 +229,6 @@ class Watcher:
     async def _gauges(self, g: Gauges) -> None:
         now = self.engine.clock()
         snap = self.engine.snapshot()
-        queued = sum(1 for t in snap.tasks if t.status == TaskStatus.QUEUED)
         current = {rl.account: rl for rl in g.rate_limits}
         for rl in g.rate_limits:
             if rl.status != "rejected":
@@ -237,6 +236,8 @@ class Watcher:
             if (rl.resets_at or now + 1) > now:
                 if rl.account not in self.rate_seen:
                     self.rate_seen[rl.account] = rl.resets_at
+                    # counted only for the notice: gauges come every second, over any queue
+                    queued = sum(1 for t in snap.tasks if t.status == TaskStatus.QUEUED)
                     await self.emit(nt.rate_limited_notice(rl, queued))
             elif rl.resets_at is not None and now - rl.resets_at < 3600:
                 # its reset time passed (seen by this engine, or by whichever engine is up then)
