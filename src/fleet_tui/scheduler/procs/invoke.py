@@ -226,26 +226,17 @@ class ShimPool:
             if p.poll() is not None or time.monotonic() > deadline:
                 return None
         try:
-            msg, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(8), socket.MSG_CMSG_CLOEXEC)
+            msg, fds, _, _ = socket.recv_fds(sock, 64, 2, socket.MSG_CMSG_CLOEXEC)
         except OSError:
             return None
-        fds = [
-            int.from_bytes(data[i : i + 4], sys.byteorder)
-            for level, kind, data in anc
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-            for i in range(0, len(data) - len(data) % 4, 4)
-        ]
         try:
             pid, ticks = (int(x) for x in msg.split())
+            job_w, done_r = fds
         except ValueError:
             for fd in fds:
                 os.close(fd)
             return None
-        if len(fds) != 2:
-            for fd in fds:
-                os.close(fd)
-            return None
-        return pid, ticks, fds[0], fds[1]
+        return pid, ticks, job_w, done_r
 
     def spawn(self, args: list[str], env: dict[str, str]) -> ForkedShim | None:
         """A shim forked by the server for these shim arguments, or None (start it directly)."""

@@ -425,7 +425,7 @@ class AttemptRunner:
                 pidfd = None
         try:
             while True:
-                alive = not finished and (done is not None or self.shim_alive())
+                alive = not finished if done is not None else self.shim_alive()
                 events = self.poll_output(final=not alive)
                 if self.watch is not None:
                     self.watch(self, events, self.clock())

@@ -354,7 +354,7 @@ def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
     done_r, done_w = os.pipe()  # not inherited by the agent (close-on-exec)
     pid = os.fork()
     if pid == 0:  # the shim: nothing of the server's may leak into it
-        code = 0
+        code = 1
         try:
             os.close(job_w)
             os.close(done_r)
@@ -372,7 +372,6 @@ def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
             except (EOFError, ValueError, OSError):
                 os._exit(0)
             os.close(job_r)
-            code = 1
             code = _serve(job, env, done_w)
         except BaseException:
             import traceback  # only on a failure: to shim.log once _serve has opened it
