@@ -455,6 +455,48 @@ def test_start_attempt_records_the_attempt_and_the_workdir_of_its_claim(store: A
     assert store.get_task(t.id).workdir == "/w"
 
 
+def test_a_move_through_a_state_writes_both_steps_and_the_attempt_record_together(store: Any) -> None:
+    store.add_tasks([spec("a")], NOW)
+    t = claim(store, "e1")
+    store.start_attempt(Attempt(task_id=t.id, n=1, owner="e1", dir="/d/1", started_at=NOW), "/w")
+    record = {"ended_at": NOW + 5, "exit_code": 0, "outcome": "success", "cost_usd": 0.5, "tokens": 7}
+    # another engine's fence writes nothing: neither the move nor the record
+    lost = store.transition(
+        t.id, TaskStatus.DONE, reason=None, now=NOW + 5, owner="e2", attempt=1,
+        via=TaskStatus.VERIFYING, record=record,
+    )  # fmt: skip
+    assert lost is None
+    assert store.get_task(t.id).status == TaskStatus.RUNNING
+    assert store.get_attempt(t.id, 1).outcome is None
+    done = store.transition(
+        t.id, TaskStatus.DONE, reason="ok", now=NOW + 5, owner="e1", attempt=1,
+        via=TaskStatus.VERIFYING, record=record,
+    )  # fmt: skip
+    assert done is not None and done.status == TaskStatus.DONE
+    assert done.owner is None and done.finished_at == NOW + 5  # the entry effects of done
+    steps = [(x.src, x.dst, x.reason) for x in store.transitions(t.id)][-2:]
+    assert steps == [("running", "verifying", None), ("verifying", "done", "ok")]
+    at = store.get_attempt(t.id, 1)
+    assert (at.ended_at, at.exit_code, at.outcome, at.cost_usd, at.tokens) == (NOW + 5, 0, "success", 0.5, 7)
+
+
+def test_a_move_through_a_state_is_checked_step_by_step(store: Any) -> None:
+    store.add_tasks([spec("a")], NOW)
+    t = claim(store, "e1")
+    with pytest.raises(IllegalTransition):  # running -> paused is allowed, paused -> verifying is not
+        store.transition(
+            t.id, TaskStatus.VERIFYING, reason=None, now=NOW, owner="e1", attempt=1, via=TaskStatus.PAUSED
+        )
+    assert store.get_task(t.id).status == TaskStatus.RUNNING
+    with pytest.raises(ValueError):  # a record needs the claim's fence
+        store.transition(t.id, TaskStatus.DONE, reason=None, now=NOW, record={"exit_code": 0})
+    with pytest.raises(ValueError):  # and only the attempt's own columns
+        store.transition(
+            t.id, TaskStatus.DONE, reason=None, now=NOW, owner="e1", attempt=1, record={"status": "x"}
+        )
+    assert store.get_task(t.id).status == TaskStatus.RUNNING
+
+
 def test_spent_since(store: Any) -> None:
     (a,) = store.add_tasks([spec("a")], NOW)
     assert store.spent_since(0) == 0.0

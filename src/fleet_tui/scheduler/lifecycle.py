@@ -380,10 +380,19 @@ class Lifecycle:
         self._publish = publish
 
     def apply(
-        self, task: Task, move: Move, *, held: bool = False, expect: Iterable[TaskStatus] | None = None
+        self,
+        task: Task,
+        move: Move,
+        *,
+        held: bool = False,
+        expect: Iterable[TaskStatus] | None = None,
+        via: TaskStatus | None = None,
+        record: Mapping[str, Any] | None = None,
     ) -> Task | None:
         """Move ``task``: fenced by this actor's claim on its attempt when ``held`` (the engine
-        that runs it), else by the state it is in now (``task.status``, or ``expect``).
+        that runs it), else by the state it is in now (``task.status``, or ``expect``). A held
+        move may pass ``via`` a state and write the attempt's ``record`` in the same transaction
+        (``Store.transition``).
 
         Returns the moved task, or None when the fence did not match (the claim was lost, or the
         task moved meanwhile). Raises IllegalTransition for a move the state table forbids."""
@@ -392,7 +401,7 @@ class Lifecycle:
             assert self.actor is not None, "a held move is fenced by its owner"
             new = self.store.transition(
                 task.id, move.dst, reason=text_of(move.reason), now=now, owner=self.actor,
-                attempt=task.attempt, **move.fields,
+                attempt=task.attempt, via=via, record=record, **move.fields,
             )  # fmt: skip
         else:
             new = self.store.transition(

@@ -86,6 +86,30 @@ def allowed(src: TaskStatus, dst: TaskStatus) -> bool:
     return dst in ALLOWED[src]
 
 
+def path_of(
+    src: TaskStatus,
+    dst: TaskStatus,
+    via: TaskStatus | None,
+    *,
+    now: float,
+    finished_at: float | None,
+    fields: Mapping[str, Any],
+) -> tuple[list[tuple[TaskStatus, TaskStatus]], dict[str, Any]]:
+    """A move from ``src`` to ``dst``, through ``via`` when given: its transition rows (each
+    checked against the table; IllegalTransition otherwise) and what it writes besides
+    ``status``, ``reason`` and ``updated_at`` (the entry effects of each step, the last winning)."""
+    if via is None:
+        if not allowed(src, dst):
+            raise IllegalTransition(src, dst)
+        return [(src, dst)], entry_fields(src, dst, now=now, finished_at=finished_at, fields=fields)
+    for a, b in ((src, via), (via, dst)):
+        if not allowed(a, b):
+            raise IllegalTransition(a, b)
+    first = entry_fields(src, via, now=now, finished_at=finished_at, fields={})
+    then = entry_fields(via, dst, now=now, finished_at=first.get("finished_at", finished_at), fields=fields)
+    return [(src, via), (via, dst)], {**first, **then}
+
+
 class IllegalTransition(ValueError):
     def __init__(self, src: TaskStatus, dst: TaskStatus) -> None:
         super().__init__(f"illegal transition {src.value} -> {dst.value}")

@@ -104,12 +104,21 @@ class Reaper:
             self.rate_limits.strike(r.account)
         elif v.outcome == AttemptOutcome.SUCCESS:
             self.rate_limits.clear(r.account)
-        if v.verify:
+        via: TaskStatus | None = None
+        if v.verify and not task.spec.verify and task.status == TaskStatus.RUNNING:
+            # nothing to verify: the claimed success is the verdict, and the task passes through
+            # verifying in the same transaction as its record and its move (one write, not three)
+            if res.stop_reason is not None and r.runner.stop_reason == res.stop_reason:
+                r.runner.judged()  # as verify() does: that stop sent the work here, it is not a kill
+            v = after_verify(task, True, None, True, self._policy(), now)
+            att["outcome"] = v.outcome
+            via = TaskStatus.VERIFYING
+        elif v.verify:
             judged = self.verify(r, task, res, att, now)
             if judged is None:
                 return  # the claim was lost, or left verifying for the engine that adopts it
             task, v = judged
-        self.record(r, task, res, v, att)
+        self.record(r, task, res, v, att, via)
 
     def _leftovers(self, r: Running, task: Task, res: AttemptResult) -> None:
         if r.peak_mem:
@@ -220,8 +229,17 @@ class Reaper:
         att["verify_output"] = vr.output or None
         return moved, v
 
-    def record(self, r: Running, task: Task, res: AttemptResult, v: Verdict, att: dict[str, Any]) -> None:
-        """Write the attempt's record and the task's move (fenced), then what follows from it."""
+    def record(
+        self,
+        r: Running,
+        task: Task,
+        res: AttemptResult,
+        v: Verdict,
+        att: dict[str, Any],
+        via: TaskStatus | None = None,
+    ) -> None:
+        """Write the attempt's record and the task's move (fenced, in one transaction; through
+        ``via`` first when given), then what follows from it."""
         if v.status is None:
             self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att)
             return
@@ -259,10 +277,10 @@ class Reaper:
         assert status is not None  # checked above; the budget only moves a retry to needs_human
         move = lc.verdict(status, v.reason, **fields)
 
-        # the attempt's record, then the task's move
-        if not self.store.update_attempt(task.id, task.attempt, owner=self.owner, **att):
+        # the attempt's record and the task's move, together
+        new = self.life.apply(task, move, held=True, via=via, record=att)
+        if new is None:
             return  # the claim was lost while we finished: the new owner's record stands
-        new = self.life.apply(task, move, held=True)
         if v.block_account_until:
             self.rate_limits.block(r.account, res.outcome.resets_at, v.block_account_until)
         if r.runner.asked or task.asking:  # a question left pending dies with its attempt

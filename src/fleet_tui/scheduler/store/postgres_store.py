@@ -17,7 +17,7 @@ the tables, migrations and URL forms (``?schema=NAME``) in ``postgres_schema``.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -35,7 +35,7 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
     Transition,
 )
-from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed, entry_fields
+from fleet_tui.scheduler.states import TaskStatus, path_of
 from fleet_tui.scheduler.store.postgres_base import PgBase, Tx
 from fleet_tui.scheduler.store.protocol import (
     ATTEMPT_COLUMNS,
@@ -45,6 +45,7 @@ from fleet_tui.scheduler.store.protocol import (
     DuplicateName,
     StoreError,
     TaskChanges,
+    attempt_record,
     attempt_values,
     event_from_row,
     event_payload,
@@ -336,8 +337,11 @@ RETURNING id, attempt"""
         attempt: int | None = None,
         expect: Iterable[TaskStatus] | None = None,
         actor: str | None = None,
+        via: TaskStatus | None = None,
+        record: Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> Task | None:
+        rec = attempt_record(record, owner, attempt)
         with self._tx() as tx:
             row = tx.one(
                 "SELECT status, owner, attempt, finished_at FROM tasks WHERE id = %s FOR UPDATE", (task_id,)
@@ -351,22 +355,30 @@ RETURNING id, attempt"""
                 return None
             if expect is not None and src not in set(expect):
                 return None
-            if not allowed(src, dst):
-                raise IllegalTransition(src, dst)
-            sets: dict[str, Any] = {
-                "status": dst.value,
-                "reason": reason,
-                "updated_at": now,
-                **entry_fields(src, dst, now=now, finished_at=row["finished_at"], fields=fields),
-            }
-            status = sets.pop("status")
+            rows, entry = path_of(src, dst, via, now=now, finished_at=row["finished_at"], fields=fields)
+            sets: dict[str, Any] = {"reason": reason, "updated_at": now, **entry}
             cols, vals = _sets(sets, _TASK_WRITABLE, "task")
-            tx.execute(f"UPDATE tasks SET status = %s, {cols} WHERE id = %s", (status, *vals, task_id))
-            tx.execute(
-                "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s)",
-                (task_id, now, src.value, dst.value, reason, row["attempt"], actor or owner),
-            )
+            tx.execute(f"UPDATE tasks SET status = %s, {cols} WHERE id = %s", (dst.value, *vals, task_id))
+            for a, b in rows:
+                tx.execute(
+                    "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
+                    " VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                    (
+                        task_id,
+                        now,
+                        a.value,
+                        b.value,
+                        reason if b == dst else None,
+                        row["attempt"],
+                        actor or owner,
+                    ),
+                )
+            if rec:
+                cols, vals = _sets(rec, _ATTEMPT_WRITABLE, "attempt")
+                tx.execute(
+                    f"UPDATE attempts SET {cols} WHERE task_id = %s AND n = %s",
+                    (*vals, task_id, row["attempt"]),
+                )
             return self._get(tx, task_id)
 
     def update_task(

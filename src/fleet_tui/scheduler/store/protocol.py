@@ -17,7 +17,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
@@ -60,6 +60,21 @@ ATTEMPT_FIELDS: tuple[str, ...] = ("task_id", "n", *ATTEMPT_COLUMNS)
 def attempt_values(a: Attempt) -> tuple[Any, ...]:
     """An attempt's values in ``ATTEMPT_FIELDS`` order (``asdict`` would deep-copy each one)."""
     return tuple(getattr(a, f) for f in ATTEMPT_FIELDS)
+
+
+def attempt_record(
+    record: Mapping[str, Any] | None, owner: str | None, attempt: int | None
+) -> dict[str, Any]:
+    """The attempt-record fields a ``transition`` writes along (checked: only known columns, and
+    only with a move fenced by owner and attempt, the claim that makes the record this engine's)."""
+    if not record:
+        return {}
+    if owner is None or attempt is None:
+        raise ValueError("an attempt's record is written only with a move fenced by owner and attempt")
+    unknown = set(record) - set(ATTEMPT_COLUMNS)
+    if unknown:
+        raise ValueError(f"not attempt columns: {', '.join(sorted(unknown))}")
+    return dict(record)
 
 
 # Starts at a random value per process: two processes adding tasks in the same millisecond would
@@ -266,13 +281,21 @@ class Store(Protocol):
         attempt: int | None = None,
         expect: Iterable[TaskStatus] | None = None,
         actor: str | None = None,
+        via: TaskStatus | None = None,
+        record: Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> Task | None:
         """Move a task to ``dst`` and write the transition row in the same transaction.
 
         With ``owner``/``attempt`` the write is fenced; with ``expect`` only those source
         states match. Returns the new Task, or None when no row matched (claim lost, or the
-        task moved meanwhile). Raises IllegalTransition for a move the table forbids."""
+        task moved meanwhile). Raises IllegalTransition for a move the table forbids.
+
+        ``via``: pass through that state first (two transition rows, each step checked against
+        the table): an attempt with nothing to verify goes ``running -> verifying -> done``.
+        ``record``: fields of the attempt's record (``update_attempt``) written in the same
+        transaction, only with a fenced move (``owner`` and ``attempt``): an ended attempt's
+        record and its task's move are written together or not at all."""
         ...
 
     def update_task(

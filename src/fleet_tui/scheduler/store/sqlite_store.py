@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fleet_tui.scheduler.model import (
@@ -21,7 +21,7 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
     Transition,
 )
-from fleet_tui.scheduler.states import IllegalTransition, TaskStatus, allowed, entry_fields
+from fleet_tui.scheduler.states import TaskStatus, path_of
 from fleet_tui.scheduler.store.protocol import (
     ATTEMPT_COLUMNS,
     ATTEMPT_FIELDS,
@@ -30,6 +30,7 @@ from fleet_tui.scheduler.store.protocol import (
     DuplicateName,
     StoreError,
     TaskChanges,
+    attempt_record,
     attempt_values,
     event_from_row,
     event_payload,
@@ -275,8 +276,11 @@ RETURNING *"""
         attempt: int | None = None,
         expect: Iterable[TaskStatus] | None = None,
         actor: str | None = None,
+        via: TaskStatus | None = None,
+        record: Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> Task | None:
+        rec = attempt_record(record, owner, attempt)
         with self._tx() as db:
             cur = self._get(db, task_id)
             if cur is None:
@@ -287,14 +291,8 @@ RETURNING *"""
                 return None
             if expect is not None and cur.status not in set(expect):
                 return None
-            if not allowed(cur.status, dst):
-                raise IllegalTransition(cur.status, dst)
-            sets = {
-                "status": dst.value,
-                "reason": reason,
-                "updated_at": now,
-                **entry_fields(cur.status, dst, now=now, finished_at=cur.finished_at, fields=fields),
-            }
+            rows, sets = path_of(cur.status, dst, via, now=now, finished_at=cur.finished_at, fields=fields)
+            sets = {"status": dst.value, "reason": reason, "updated_at": now, **sets}
             cols = ", ".join(f"{k} = ?" for k in sets)
             n = db.execute(
                 f"UPDATE tasks SET {cols} WHERE id = ? AND status = ? AND attempt = ?",
@@ -302,11 +300,28 @@ RETURNING *"""
             ).rowcount
             if n != 1:
                 return None
-            db.execute(
+            db.executemany(
                 "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
                 " VALUES (?,?,?,?,?,?,?)",
-                (task_id, now, cur.status.value, dst.value, reason, cur.attempt, actor or owner),
+                [
+                    (
+                        task_id,
+                        now,
+                        src.value,
+                        to.value,
+                        reason if to == dst else None,
+                        cur.attempt,
+                        actor or owner,
+                    )
+                    for src, to in rows
+                ],
             )
+            if rec:
+                cols = ", ".join(f"{k} = ?" for k in rec)
+                db.execute(
+                    f"UPDATE attempts SET {cols} WHERE task_id = ? AND n = ?",
+                    (*rec.values(), task_id, cur.attempt),
+                )
             return self._get(db, task_id)
 
     def update_task(
