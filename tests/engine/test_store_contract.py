@@ -20,10 +20,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio
 import pytest
 
 from fleet_tui.scheduler.model import Attempt, Event, Host, RateLimit, TaskSpec, Usage
 from fleet_tui.scheduler.states import IllegalTransition, TaskStatus
+from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.protocol import DuplicateName, Store, StoreError
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
@@ -666,6 +668,37 @@ def test_the_change_token_wakes_a_waiter_when_another_connection_commits(make_st
     assert watcher.wait_for_change(t0, 0.3) == t0  # its own commits never move it
     writer.set_setting("k", "v")
     assert watcher.wait_for_change(t0, 20.0) != t0
+
+
+def test_a_change_calls_back_and_wakes_an_async_waiter_without_a_thread(make_store: MakeStore) -> None:
+    watcher, writer = make_store(), make_store()
+    calls = threading.Semaphore(0)
+    off = watcher.on_change(calls.release)
+    t0 = watcher.change_token()
+    writer.set_setting("k", "v")
+    assert calls.acquire(timeout=20.0), "no call back after another connection's commit"
+    assert watcher.change_token() != t0
+    off()
+
+    async def waits() -> tuple[int, int, int]:
+        token = watcher.change_token()
+        before = threading.active_count()
+        quiet = await changed(watcher, token, 0.2)  # nothing changes: the timeout
+        async with anyio.create_task_group() as tg:
+            got: list[int] = []
+
+            async def wait() -> None:
+                got.append(await changed(watcher, token, 30.0))
+
+            tg.start_soon(wait)
+            await anyio.sleep(0.05)
+            threads = threading.active_count() - before  # the wait holds no worker thread
+            writer.set_setting("k", "w")
+        return quiet - token, threads, got[0] - token
+
+    stayed, threads, moved = anyio.run(waits)
+    assert (stayed, threads) == (0, 0)
+    assert moved != 0
 
 
 def test_planning_reads_dependencies_in_one_batch_and_stamps_what_moved(make_store: MakeStore) -> None:

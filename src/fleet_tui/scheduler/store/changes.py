@@ -20,6 +20,8 @@ backs off before it tries again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -49,8 +51,31 @@ SLICE_S = 1.0
 
 async def changed(store: Any, token: int, timeout: float) -> int:
     """``store.wait_for_change`` for async code: the next change token, or ``token`` once
-    ``timeout`` passed. Waits in slices of ``SLICE_S`` on a worker thread, so a cancelled wait
-    (an engine stopping) never holds the process open for longer than that."""
+    ``timeout`` passed.
+
+    A store that calls back on a change (``on_change``) wakes the waiting task through its event
+    loop: an idle waiter takes no thread and no CPU at all. Any other store is waited on in
+    slices of ``SLICE_S`` on a worker thread, so a cancelled wait (an engine stopping) never
+    holds the process open for longer than that."""
+    on_change = getattr(store, "on_change", None)
+    if on_change is not None:
+        loop = asyncio.get_running_loop()
+        moved = asyncio.Event()
+
+        def wake() -> None:  # on the watcher's thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
+                loop.call_soon_threadsafe(moved.set)
+
+        off = on_change(wake)
+        try:
+            now: int = store.change_token()  # after subscribing: a change in between still wakes
+            if now == token:
+                with anyio.move_on_after(timeout):
+                    await moved.wait()
+                now = store.change_token()
+            return now
+        finally:
+            off()
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -66,8 +91,9 @@ class ChangeWatcher:
 
     ``step(timeout)`` blocks at most ``timeout`` seconds and says whether a change arrived.
     ``wait(token, timeout)`` returns as soon as the token differs from ``token`` (or at the
-    timeout) with the current token. Thread-safe; the thread is a daemon and ends within one
-    ``period_s`` of ``close`` (then ``cleanup`` runs on it)."""
+    timeout) with the current token; ``listen(callback)`` calls back on every move (and on
+    ``close``), for waiters that are not threads. Thread-safe; the thread is a daemon and ends
+    within one ``period_s`` of ``close`` (then ``cleanup`` runs on it)."""
 
     def __init__(
         self,
@@ -85,6 +111,7 @@ class ChangeWatcher:
         self._token = 0
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._listeners: list[Callable[[], None]] = []
 
     @property
     def started(self) -> bool:
@@ -99,6 +126,8 @@ class ChangeWatcher:
         with self._cond:
             self._token += 1
             self._cond.notify_all()
+            calls = list(self._listeners)
+        self._call(calls)
 
     def wait(self, token: int, timeout: float) -> int:
         self._ensure()
@@ -106,10 +135,32 @@ class ChangeWatcher:
             self._cond.wait_for(lambda: self._token != token or self._closed, max(0.0, timeout))
             return self._token
 
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (on the watcher's thread: it must only hand over, never block) on
+        every move of the token and on ``close``; returns what stops it."""
+        self._ensure()
+        with self._cond:
+            self._listeners.append(callback)
+
+        def off() -> None:
+            with self._cond, contextlib.suppress(ValueError):
+                self._listeners.remove(callback)
+
+        return off
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            calls = list(self._listeners)
+        self._call(calls)
+
+    def _call(self, calls: list[Callable[[], None]]) -> None:
+        for call in calls:  # outside the lock: a callback may read the token
+            try:
+                call()
+            except Exception as e:  # one waiter's failure is not the watcher's
+                log.debug("change watcher %s: a listener failed: %s", self._name, e)
 
     def _ensure(self) -> None:
         if self._thread is not None:

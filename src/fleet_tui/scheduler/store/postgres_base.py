@@ -385,6 +385,10 @@ class PgBase(PgNotifications):
         """Block until the change token differs from ``token``, at most ``timeout`` seconds."""
         return self._watcher().wait(token, timeout)
 
+    def on_change(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call back (on the watcher's thread) on each move of the change token; what stops it."""
+        return self._watcher().listen(callback)
+
     def _watcher(self) -> ChangeWatcher:
         with self._listen_lock:
             if self._changes is None:

@@ -17,7 +17,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Protocol
 
@@ -463,6 +463,12 @@ class Store(Protocol):
     def wait_for_change(self, token: int, timeout: float) -> int:
         """Block until the change token differs from ``token`` or ``timeout`` seconds passed;
         returns the token then. One watcher thread per store serves every waiter."""
+        ...
+
+    def on_change(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` each time the change token moves (and once when the store closes),
+        on the watcher's thread: it must only hand over (``loop.call_soon_threadsafe``), never
+        block. Returns what stops it. An async waiter needs no thread of its own this way."""
         ...
 
     def close(self) -> None: ...

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
@@ -493,6 +493,10 @@ class SqliteBase(SqliteNotifications):
     def wait_for_change(self, token: int, timeout: float) -> int:
         """Block until the change token differs from ``token``, at most ``timeout`` seconds."""
         return self._watcher().wait(token, timeout)
+
+    def on_change(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call back (on the watcher's thread) on each move of the change token; what stops it."""
+        return self._watcher().listen(callback)
 
     def _watcher(self) -> ChangeWatcher:
         """The store's one watcher thread: inotify on the folder wakes it when a commit writes
