@@ -60,6 +60,10 @@ async def command_agent(
         return CommandResult(False, f"{task.name if task else tid} is not running here")
     name = r.task.name
     if verb in STOPS:
+        # a person stopped it: its open questions are cancelled first, before its agent (and the
+        # ask_human server it started) hears of the stop and gives up waiting, which would mark
+        # a question expired as if nobody had answered in time
+        await anyio.to_thread.run_sync(store.close_questions, tid, "cancelled", life.clock())
         r.runner.stop(STOPS[verb])
         with anyio.move_on_after(grace_s + 10):
             await r.done.wait()
