@@ -49,6 +49,7 @@ class RunPrinter:
         self.waiting: dict[str, str | None] = {}
         self.questions: set[str] = set()
         self.names: dict[str, str] = {}
+        self._unflushed = False
 
     def prime(self, tasks: Sequence[Task]) -> None:
         """Remember the state before the run, so only changes are printed."""
@@ -63,9 +64,11 @@ class RunPrinter:
             print(json.dumps({"ts": round(now, 3), "kind": kind, **fields, "text": text}), file=self.out)
         else:
             print(f"{time.strftime('%H:%M:%S', time.localtime(now))} {text}", file=self.out)
-        self.out.flush()
+        self._unflushed = True
 
     def feed(self, batch: Sequence[EngineEvent]) -> None:
+        """Print a batch of the engine's events: its lines leave at once (a service's log, a
+        pipe), with one write for the whole batch rather than one per line."""
         for ev in batch:
             match ev:
                 case TaskChanged(task):
@@ -74,6 +77,9 @@ class RunPrinter:
                     self._question(q)
                 case Notice(text) if text:
                     self._emit("notice", f"notice: {_clean(text)}")
+        if self._unflushed:
+            self._unflushed = False
+            self.out.flush()
 
     def _question(self, q: Question) -> None:
         if q.id in self.questions:
