@@ -344,7 +344,7 @@ def test_headless_run_prints_each_change_and_says_what_it_did(tmp_path: Path) ->
     assert p.returncode == 0
     out = p.stdout
     for line in ("one: queued -> running (attempt 1)", "one: running -> queued: failed", "two: after one",
-                 "one: queued -> running (attempt 2)", "two: verifying -> done"):  # fmt: skip
+                 "one: queued -> running (attempt 2)", "two: running -> done"):  # fmt: skip
         assert line in out, out
     assert "requeued" not in out + p.stderr
     quiet = home.parent / "q"
