@@ -72,6 +72,8 @@ def test_send_to_a_coder_that_cannot_resume_starts_fresh_and_says_so(home: Path,
     rec = json.loads((home / "tasks" / t["id"] / "attempts" / "2" / "continue.json").read_text())
     assert rec == {"continue": "auto", "turn": "followup", "continued": False, "session_id": None,
                    "note": notes[0]}  # fmt: skip
+    # the first attempt had nothing to continue and nothing to say: no file
+    assert not (home / "tasks" / t["id"] / "attempts" / "1" / "continue.json").exists()
     # the message was used once: a later retry does not repeat it
     store = open_store(None, str(home))
     try:

@@ -50,8 +50,31 @@ def test_forked_shims_run_their_jobs_and_record_their_exits(tmp_path: Path) -> N
             assert (exit_info["exit_code"], exit_info["reason"]) == (i, "exited")
             assert (adir / "stdout.jsonl").read_text() == f"job{i} in {tmp_path}\n"
             assert json.loads((adir / "shim.json").read_text())["pid"] == p.pid
+            assert not (adir / "shim.log").exists()  # made only for a shim that fails
     finally:
         pool.close()
+
+
+def test_a_failing_forked_shim_leaves_its_traceback_in_shim_log(tmp_path: Path) -> None:
+    pool = ShimPool()
+    pool.fill()
+    try:
+        adir = tmp_path / "a"
+        adir.mkdir()
+        (adir / "stdout.jsonl").mkdir()  # its output file cannot be opened
+        p = spawn_shim(adir, tmp_path, ["sh", "-c", "true"], _env(), None, 5.0, time.time() + 60, pool=pool)
+        assert isinstance(p, ForkedShim)
+        _wait(lambda: p.poll() is not None, "the shim to end")
+        _wait(lambda: "IsADirectoryError" in _text(adir / "shim.log"), "the traceback in shim.log")
+    finally:
+        pool.close()
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def test_a_forked_shim_outlives_its_server_and_stops_on_request(tmp_path: Path) -> None:

@@ -198,6 +198,11 @@ def command(coder: Coder, ctx: AttemptContext, p: Plan, previous: Path | None) -
 
 
 def record(adir: Path, p: Plan, cmd: Command) -> None:
+    """The attempt's ``continue.json``, when it has something to say: a new turn (a retry, a
+    crash, a follow-up), a continued session, or why not. A first attempt has none, and gets no
+    file (on some file systems a new file costs more than the rest of starting an agent)."""
+    if p.turn_kind is None and not cmd.continued and not cmd.note:
+        return
     data = {
         "continue": p.mode,
         "turn": p.turn_kind,
