@@ -8,6 +8,8 @@ idleness) asserts a count, not a duration.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -520,3 +522,12 @@ def test_a_plan_is_settled_only_when_nothing_clears_by_itself() -> None:
     waits = [(t, Decision(False, "waits until 14:05", NOW + 600))]
     assert settled(waits, NOW, None) == (False, False)  # sat out
     assert settled(waits, NOW, 60.0) == (True, True)  # longer than --max-wait: left
+
+
+def test_a_store_command_does_not_load_the_event_loop_machinery() -> None:
+    # `fleet-tui status`, `add`... open a store and wait for nothing: asyncio is ~15 ms of
+    # import they need not pay (the change wait loads it only under a running loop)
+    code = "import sys, fleet_tui.scheduler.store.changes, fleet_tui.scheduler.store.sqlite_store; "
+    code += "print('asyncio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

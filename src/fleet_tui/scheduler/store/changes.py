@@ -20,7 +20,6 @@ backs off before it tries again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import logging
@@ -54,11 +53,16 @@ async def changed(store: Any, token: int, timeout: float) -> int:
     ``timeout`` passed.
 
     A store that calls back on a change (``on_change``) wakes the waiting task through its event
-    loop: an idle waiter takes no thread and no CPU at all. Any other store is waited on in
-    slices of ``SLICE_S`` on a worker thread, so a cancelled wait (an engine stopping) never
-    holds the process open for longer than that."""
+    loop: an idle waiter takes no thread and no CPU at all (``token`` came from a
+    ``change_token`` called in a worker thread, which made the store's watcher: making it reads
+    the store, so not on the loop; subscribing and reading the token after that only take the
+    watcher's own short lock). Any other store is waited on in slices of ``SLICE_S`` on a worker
+    thread, so a cancelled wait (an engine stopping) never holds the process open for longer
+    than that."""
     on_change = getattr(store, "on_change", None)
     if on_change is not None:
+        import asyncio  # loaded already under a running loop; a CLI command need not load it
+
         loop = asyncio.get_running_loop()
         moved = asyncio.Event()
 
