@@ -90,24 +90,28 @@ def path_of(
     src: TaskStatus,
     dst: TaskStatus,
     via: TaskStatus | None,
+    reason: str | None,
     *,
     now: float,
     finished_at: float | None,
     fields: Mapping[str, Any],
-) -> tuple[list[tuple[TaskStatus, TaskStatus]], dict[str, Any]]:
-    """A move from ``src`` to ``dst``, through ``via`` when given: its transition rows (each
-    checked against the table; IllegalTransition otherwise) and what it writes besides
-    ``status``, ``reason`` and ``updated_at`` (the entry effects of each step, the last winning)."""
-    if via is None:
-        if not allowed(src, dst):
-            raise IllegalTransition(src, dst)
-        return [(src, dst)], entry_fields(src, dst, now=now, finished_at=finished_at, fields=fields)
-    for a, b in ((src, via), (via, dst)):
+) -> tuple[list[tuple[TaskStatus, TaskStatus, str | None]], dict[str, Any]]:
+    """A move from ``src`` to ``dst``, through ``via`` when given: its transition rows
+    (``(from, to, reason)``, the reason on the last; each step checked against the table,
+    IllegalTransition otherwise) and what it writes besides ``status``, ``reason`` and
+    ``updated_at`` (each step's entry effects, the last winning; the caller's ``fields`` last)."""
+    steps = [(src, dst)] if via is None else [(src, via), (via, dst)]
+    for a, b in steps:
         if not allowed(a, b):
             raise IllegalTransition(a, b)
-    first = entry_fields(src, via, now=now, finished_at=finished_at, fields={})
-    then = entry_fields(via, dst, now=now, finished_at=first.get("finished_at", finished_at), fields=fields)
-    return [(src, via), (via, dst)], {**first, **then}
+    rows: list[tuple[TaskStatus, TaskStatus, str | None]] = []
+    sets: dict[str, Any] = {}
+    for i, (a, b) in enumerate(steps):
+        last = i == len(steps) - 1
+        stamped = sets.get("finished_at", finished_at)
+        sets.update(entry_fields(a, b, now=now, finished_at=stamped, fields=fields if last else {}))
+        rows.append((a, b, reason if last else None))
+    return rows, sets
 
 
 class IllegalTransition(ValueError):

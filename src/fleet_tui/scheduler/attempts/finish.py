@@ -46,6 +46,14 @@ CRASH_LIMIT = 3
 Sink = Callable[[str, int, list[Event], int], Coroutine[Any, Any, None]]
 
 
+def _judged(r: Running, res: AttemptResult) -> None:
+    """An agent that finished as it was stopped (context pressure at its last turn): the verdict
+    sent its work on to verification, so that stop must neither cancel the verifiers nor be
+    decided again as a kill."""
+    if res.stop_reason is not None and r.runner.stop_reason == res.stop_reason:
+        r.runner.judged()
+
+
 class Reaper:
     """Finishes the attempts of one engine (the lifecycle's actor)."""
 
@@ -108,8 +116,7 @@ class Reaper:
         if v.verify and not task.spec.verify and task.status == TaskStatus.RUNNING:
             # nothing to verify: the claimed success is the verdict, and the task passes through
             # verifying in the same transaction as its record and its move (one write, not three)
-            if res.stop_reason is not None and r.runner.stop_reason == res.stop_reason:
-                r.runner.judged()  # as verify() does: that stop sent the work here, it is not a kill
+            _judged(r, res)
             v = after_verify(task, True, None, True, self._policy(), now)
             att["outcome"] = v.outcome
             via = TaskStatus.VERIFYING
@@ -181,10 +188,7 @@ class Reaper:
 
         # the evidence only matters when a verifier fails: none to run, no directory walk
         did_nothing = judge() if task.spec.verify else False
-        if res.stop_reason is not None and r.runner.stop_reason == res.stop_reason:
-            # the agent finished as it was stopped (context pressure at its last turn): the
-            # verdict sent its work here; that stop must not cancel the verifiers nor decide again
-            r.runner.judged()
+        _judged(r, res)
         stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
         if reviewer is not None:
             reviewer.cancel = stop  # type: ignore[attr-defined]

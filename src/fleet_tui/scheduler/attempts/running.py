@@ -15,6 +15,7 @@ import anyio
 
 from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
+from fleet_tui.scheduler.humans import inbox
 from fleet_tui.scheduler.lifecycle import Lifecycle, Move, StopReason
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.procs.runner import AttemptRunner
@@ -63,7 +64,7 @@ async def command_agent(
         # a person stopped it: its open questions are cancelled first, before its agent (and the
         # ask_human server it started) hears of the stop and gives up waiting, which would mark
         # a question expired as if nobody had answered in time
-        await anyio.to_thread.run_sync(store.close_questions, tid, "cancelled", life.clock())
+        await anyio.to_thread.run_sync(inbox.cancel_for_task, store, tid, life.clock())
         r.runner.stop(STOPS[verb])
         with anyio.move_on_after(grace_s + 10):
             await r.done.wait()

@@ -355,23 +355,16 @@ RETURNING id, attempt"""
                 return None
             if expect is not None and src not in set(expect):
                 return None
-            rows, entry = path_of(src, dst, via, now=now, finished_at=row["finished_at"], fields=fields)
+            done_at = row["finished_at"]
+            rows, entry = path_of(src, dst, via, reason, now=now, finished_at=done_at, fields=fields)
             sets: dict[str, Any] = {"reason": reason, "updated_at": now, **entry}
             cols, vals = _sets(sets, _TASK_WRITABLE, "task")
             tx.execute(f"UPDATE tasks SET status = %s, {cols} WHERE id = %s", (dst.value, *vals, task_id))
-            for a, b in rows:
+            for a, b, why in rows:
                 tx.execute(
                     "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
                     " VALUES (%s,%s,%s,%s,%s,%s,%s)",
-                    (
-                        task_id,
-                        now,
-                        a.value,
-                        b.value,
-                        reason if b == dst else None,
-                        row["attempt"],
-                        actor or owner,
-                    ),
+                    (task_id, now, a.value, b.value, why, row["attempt"], actor or owner),
                 )
             if rec:
                 cols, vals = _sets(rec, _ATTEMPT_WRITABLE, "attempt")

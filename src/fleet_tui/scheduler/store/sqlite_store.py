@@ -291,8 +291,10 @@ RETURNING *"""
                 return None
             if expect is not None and cur.status not in set(expect):
                 return None
-            rows, sets = path_of(cur.status, dst, via, now=now, finished_at=cur.finished_at, fields=fields)
-            sets = {"status": dst.value, "reason": reason, "updated_at": now, **sets}
+            rows, entry = path_of(
+                cur.status, dst, via, reason, now=now, finished_at=cur.finished_at, fields=fields
+            )
+            sets = {"status": dst.value, "reason": reason, "updated_at": now, **entry}
             cols = ", ".join(f"{k} = ?" for k in sets)
             n = db.execute(
                 f"UPDATE tasks SET {cols} WHERE id = ? AND status = ? AND attempt = ?",
@@ -303,18 +305,7 @@ RETURNING *"""
             db.executemany(
                 "INSERT INTO transitions(task_id, ts, src, dst, reason, attempt, actor)"
                 " VALUES (?,?,?,?,?,?,?)",
-                [
-                    (
-                        task_id,
-                        now,
-                        src.value,
-                        to.value,
-                        reason if to == dst else None,
-                        cur.attempt,
-                        actor or owner,
-                    )
-                    for src, to in rows
-                ],
+                [(task_id, now, a.value, b.value, why, cur.attempt, actor or owner) for a, b, why in rows],
             )
             if rec:
                 cols = ", ".join(f"{k} = ?" for k in rec)
