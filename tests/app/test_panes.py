@@ -397,3 +397,60 @@ async def test_detail_tabs_by_number() -> None:
             await pilot.press(key)
             await pilot.pause()
             assert tabs.active == tab  # type: ignore[attr-defined]
+
+
+async def test_stream_lines_follow_the_pane_width() -> None:
+    """A line is cut to the pane's width when written; when the terminal is resized every kept
+    line is rendered again at the new width (a field failure: lines cut during the first layout
+    stayed cut at 42 columns in a 120-column tmux pane, hiding the end of the agent's output)."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    long = "start " + "x" * 300 + " end"
+    async with app.run_test(size=(60, 24)) as pilot:
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.flushes, "fill")
+        app.stream.offer([Event("t-0002", 9, 1, sc.NOW, "text", text=long)])
+        app.stream.flush()
+        stream = app.stream
+        narrow = stream.lines[-1].text
+        assert narrow.endswith("…") and len(narrow) == stream.scrollable_content_region.width
+        count = len(stream.lines)
+        await pilot.resize_terminal(200, 24)
+        await wait_for(pilot, lambda: stream.scrollable_content_region.width > len(narrow), "a wider pane")
+        wide = stream.scrollable_content_region.width
+        await wait_for(pilot, lambda: len(stream.lines[-1].text) == wide, "the line at the new width")
+        assert len(stream.lines) == count and stream.lines[-1].text.endswith("…")
+        assert all(len(line.text) <= wide for line in stream.lines)
+        await pilot.resize_terminal(60, 24)
+        await wait_for(
+            pilot,
+            lambda: (
+                stream.scrollable_content_region.width < wide
+                and len(stream.lines[-1].text) == stream.scrollable_content_region.width
+            ),
+            "cut again when narrower",
+        )
+
+
+async def test_stream_says_why_it_follows_no_task() -> None:
+    """Opened on a queue whose tasks all finished (folded away), the stream says so and how to
+    show them, not "No tasks yet"; ``f`` shows them and the stream follows the selected one."""
+    done = [t for t in sc.running_tasks() if t.status in (TaskStatus.DONE,)]
+    assert done
+    snap = Snapshot(taken_at=sc.NOW, tasks=tuple(done), hosts=(sc.HOST,), gauges=sc.base_gauges())
+    engine = sc.FakeEngine(snap)
+    engine.events_by_task[done[0].id] = sc.stream_events(done[0].id)
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.stream.lines, "a line in the stream")
+        assert "finished and folded away: press f" in app.stream.lines[0].text
+        assert all("No tasks yet" not in line.text for line in app.stream.lines)
+        await pilot.press("f")
+        await wait_for(pilot, lambda: app.stream.task_id == done[0].id, "the stream following the task")
+        await wait_for(pilot, lambda: app.stream.flushes, "fill")
+        assert all("folded away" not in line.text for line in app.stream.lines)
+
+    app = sc.make_app(sc.empty())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.stream.lines, "a line in the stream")
+        assert "No tasks yet" in app.stream.lines[0].text

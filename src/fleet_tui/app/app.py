@@ -218,10 +218,7 @@ class FleetApp(WheelKeys, App[None]):
         self.pull()
         self._painted = True
         self.queue.focus()
-        if self.queue.row_count:
-            self._follow(self.queue.selected_id)
-        else:
-            self.stream.write("No tasks yet: press n to add one, or run `fleet-tui load tasks.toml`.")
+        self._settle_stream()
         self.set_interval(PULL_SECONDS, self.pull)
         if self.run_engine is not None:
             self.run_worker(self.run_engine(), exclusive=False, group="engine", exit_on_error=False)
@@ -367,8 +364,8 @@ class FleetApp(WheelKeys, App[None]):
                 elif not self._header_pending:
                     self._header_pending = True
                     self.set_timer(0.25, self._header_due)
-        if self.stream.task_id is None and selected is not None:
-            self._follow(selected)
+        if self.stream.task_id is None:
+            self._settle_stream()
         if not self._frame_pending and (self.stream.pending or self.queue.repaint_pending):
             self._frame_pending = True
             self.set_timer(FRAME_SECONDS, self._frame)
@@ -445,6 +442,26 @@ class FleetApp(WheelKeys, App[None]):
 
     def on_queue_view_selected(self, event: QueueView.Selected) -> None:
         self.action_detail()
+
+    def _settle_stream(self) -> None:
+        """A stream that follows no task yet follows the selected one, or says truly why there is
+        none: no tasks, or every task finished and folded away (a cockpit opened after the work
+        was done used to say "No tasks yet" above a queue of them)."""
+        if self.stream.task_id is not None:
+            return
+        selected = self.queue.selected_id
+        if selected is not None:
+            self._follow(selected)
+            return
+        total, folded = len(self.tasks), self.queue.model.folded()
+        if not total:
+            hint = "No tasks yet: press n to add one, or run `fleet-tui load tasks.toml`."
+        elif folded == total:
+            things = "task is" if folded == 1 else f"{folded} tasks are"
+            hint = f"The {things} finished and folded away: press f to show them, n to add one."
+        else:
+            hint = "Move the cursor to a task to follow its agent here."
+        self.stream.show_hint(hint)
 
     def _follow(self, task_id: str | None) -> None:
         if task_id is None:
@@ -731,6 +748,7 @@ class FleetApp(WheelKeys, App[None]):
         show = not self.queue.model.show_finished
         self.queue.set_show_finished(show)
         self._retitle_queue()
+        self._settle_stream()
 
     def action_top(self) -> None:
         focused = self.focused

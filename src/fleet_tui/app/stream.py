@@ -6,15 +6,20 @@ per frame of the app (with the queue's changed rows: one screen update for both)
 line of known width, so it is rendered straight to one strip and appended (``RichLog.write`` would
 measure, wrap, split and copy each line twice more, on the app's loop, for every frame and fill).
 The log keeps a bounded number of lines (the full history is in ``fleet-tui logs`` and the detail
-screen). When the selection changes the pane is first filled from the engine's stored events, then
-follows live ones, dropping any the fill already showed (by attempt and sequence number).
+screen), and the events behind them: a line is cut to the pane's width when written, so when the
+width changes (the terminal resized, or the first layout settling after the fill) every kept line is
+rendered again at the new width rather than staying cut at the old one. When the selection changes the pane is
+first filled from the engine's stored events, then follows live ones, dropping any the fill already
+showed (by attempt and sequence number).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 
 from rich.text import Text
+from textual.events import Resize
 from textual.geometry import Size
 from textual.reactive import Reactive
 from textual.strip import Strip
@@ -46,6 +51,9 @@ class StreamLog(RichLog):
         self._filling = False
         self._last: tuple[int, int] = (-1, -1)
         self._styles: ThemeStyles | None = None
+        self._shown: deque[Event | str] = deque(maxlen=max_lines)
+        self._width = 0  # the width the kept lines were cut to
+        self._hint: str | None = None
         self.flushes = 0
 
     @property
@@ -61,8 +69,10 @@ class StreamLog(RichLog):
         if task_id == self.task_id:
             return
         self.task_id = task_id
+        self._hint = None
         self._buffer.clear()
         self._last = (-1, -1)
+        self._shown.clear()
         self.clear()
         if task_id is None or loader is None:
             self._filling = False
@@ -79,7 +89,7 @@ class StreamLog(RichLog):
             stored = await loader()
         except Exception as exc:  # the engine refused: show why, keep following live
             stored = []
-            self.write(inert(f"(could not load stored events: {exc})"))
+            self._note(inert(f"(could not load stored events: {exc})"))
         if task_id != self.task_id:
             return
         live = self._buffer
@@ -105,24 +115,68 @@ class StreamLog(RichLog):
         pending, self._buffer = self._buffer, []
         self._write_events(pending)
 
+    def show_hint(self, text: str) -> None:
+        """While no task is followed: a line saying why (written again only when it changes)."""
+        if self.task_id is not None or text == self._hint:
+            return
+        self._hint = text
+        self._shown.clear()
+        self.clear()
+        self._note(text)
+
+    def _note(self, text: str) -> None:
+        """A line of the cockpit's own (kept like the events, so a resize renders it again)."""
+        self._shown.append(text)
+        if self._size_known:
+            self._append([self._strip(Text(text))])
+
+    def _line_width(self) -> int:
+        return max(self.scrollable_content_region.width or 120, 20)
+
+    def _line(self, item: Event | str, width: int) -> Text:
+        return event_line(item, width, self._styles) if isinstance(item, Event) else Text(item)
+
     def _write_events(self, events: Iterable[Event]) -> None:
-        width = self.scrollable_content_region.width or 120
+        width = self._line_width()
+        if self._size_known and self._shown and width != self._width:  # cut at another width
+            self._rerender()
+        self._width = width
         lines: list[Text] = []
         for ev in events:
             key = (ev.attempt, ev.seq)
             if key <= self._last:
                 continue
             self._last = key
-            lines.append(event_line(ev, max(width, 20), self._styles))
+            self._shown.append(ev)
+            lines.append(event_line(ev, width, self._styles))
         if self.max_lines:
             lines = lines[-self.max_lines :]
         if not lines:
             return
         if self._size_known:
             self._append([self._strip(line) for line in lines])
-        else:  # the log defers writes until it knows its size: keep its order
-            self.write(Text("\n").join(lines), scroll_end=None)
+        # else they are kept and rendered when the pane first learns its size (``on_resize``)
         self.flushes += 1
+
+    def on_resize(self, event: Resize) -> None:
+        # runs before RichLog's own handler (textual calls each class's, subclass first), which
+        # then marks the size known; nothing is left deferred for it to write
+        if event.size.width and self._shown and (not self._size_known or self._line_width() != self._width):
+            self._rerender()
+
+    def _rerender(self) -> None:
+        """Every kept line again, cut to the pane's width now (the scroll stays where it was
+        unless it followed the end)."""
+        width = self._width = self._line_width()
+        strips = [self._strip(self._line(item, width)) for item in self._shown]
+        self.lines = strips
+        self._start_line = 0
+        self._line_cache.clear()
+        self._widest_line_width = max((s.cell_length for s in strips), default=0)
+        self.virtual_size = Size(self._widest_line_width, len(self.lines))
+        self.refresh()
+        if self.auto_scroll:
+            self.scroll_end(animate=False, immediate=False, x_axis=False)
 
     def _strip(self, line: Text) -> Strip:
         """One event line (no newline: ``event_line`` folds them) as the strip ``write`` makes."""
