@@ -1193,3 +1193,49 @@ async def test_stopping_while_a_task_is_being_started_does_not_wait_for_its_setu
         shim = read_shim(Path(a.dir))
         if shim is not None and shim.agent_pid:
             assert not psutil.pid_exists(shim.agent_pid)
+
+
+async def test_a_verdict_that_requeues_keeps_the_next_attempts_runner(
+    make_fleet: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task without verifiers frees its slot before its verdict is written, so its next
+    attempt (a crash uses no backoff) can start before the ended attempt's supervisor is done.
+    That supervisor used to drop the task's runner by the task's id, by then the next attempt's:
+    the engine lost a live agent (``--until-idle`` stopped beside it, 3 runs in 100 on a busy
+    machine; its slot counted as free). Here the ended attempt's supervisor finishes only once
+    the next attempt runs: the order that lost it."""
+    f = make_fleet()
+    go = f.work / "go"
+    script = f'if [ "$FLEET_ATTEMPT" = 1 ]; then kill -9 $PPID; fi; while [ ! -e {go} ]; do sleep 0.05; done'
+    await f.add(f.spec("twice", "p", coder="shell", command=script))
+    engine = f.engine
+    finish = engine.reaper.finish
+    first: list[Any] = []
+
+    def second_runs(task_id: str) -> bool:
+        r = engine.runners.get(task_id)
+        return r is not None and r.task.attempt == 2
+
+    async def late_finish(r: Any, res: Any) -> None:
+        await finish(r, res)
+        if r.task.attempt == 1:
+            first.append(r)
+            with anyio.fail_after(30):
+                while not second_runs(r.task.id):
+                    await anyio.sleep(0.01)
+
+    monkeypatch.setattr(engine.reaper, "finish", late_finish)
+    async with f.running():
+        await f.wait(lambda: _soon(bool(first)), what="the first attempt's verdict")
+        with anyio.fail_after(30):
+            await first[0].done.wait()  # its supervisor let go, after the second attempt started
+        t = await f.task("twice")
+        assert t.attempt == 2 and t.status == S.RUNNING
+        assert second_runs(t.id), "the live second attempt's runner was dropped"
+        assert engine.slots_taken() == 1
+        go.touch()
+        await f.wait_status("twice", S.DONE)
+
+
+async def _soon(value: bool) -> bool:
+    return value

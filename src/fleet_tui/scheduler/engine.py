@@ -585,7 +585,12 @@ class Engine(Controller):
             if (r.task.worktree or r.task.spec.git_ref) and not r.runner.shim_alive():
                 with contextlib.suppress(OSError):
                     write_lease(r.dir, 0.0)
-            self.runners.pop(task.id, None)
+            # only this attempt's own entry: a task requeued by this attempt's verdict (a crash,
+            # a retry) may already run its next attempt under the same id, started while this
+            # verdict was written; dropping that runner lost it (``--until-idle`` then saw no
+            # agent and stopped, and a slot counted as free while its agent ran)
+            if self.runners.get(task.id) is r:
+                del self.runners[task.id]
             r.done.set()
             self.wake()
 
