@@ -1,7 +1,5 @@
 """`python -m fleet_tui` runs the command line."""
 
-import sys
+from fleet_tui.cli import entry
 
-from fleet_tui.cli import main
-
-sys.exit(main())
+entry()

@@ -814,5 +814,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx.close()
 
 
+def entry() -> None:
+    """The ``fleet-tui`` command: ``main``, then out of the process at once.
+
+    The interpreter's own teardown (collecting and freeing some 30,000 objects and 360 modules,
+    which the kernel reclaims anyway) took 40-70 ms after every command: a sixth of an empty
+    ``run``, and of every ``status`` a script calls. By the time ``main`` returns, the store and
+    every file the command wrote are closed (``Ctx.close``); what still runs here is what a normal
+    exit runs first: other threads that are not daemons are waited for, the exit handlers
+    (logging's flush, temporary folders' clean-up) run, and both output streams are flushed."""
+    import atexit
+    import os
+    import threading
+
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away: nothing more to say to it
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
