@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -509,3 +510,24 @@ def test_setup_shows_the_users_servers_and_fleet_only_leaves_ask_human(coder: Co
     assert coder.setup(False).mcp_servers == ("ask_human",)
     lines = setup_lines(coder, True, None)
     assert lines and all(isinstance(s, str) for s in lines)
+
+
+def test_builtin_coders_are_the_declared_entry_points_and_load_without_metadata() -> None:
+    """The built-in coders are found without reading installed packages' metadata (a start-up
+    cost); the table must say what pyproject.toml declares."""
+    from fleet_tui.coders import base
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    declared = pyproject["project"]["entry-points"]["fleet_tui.coders"]
+    assert {k: f"{m}:{c}" for k, (m, c) in base.BUILTIN.items()} == declared
+    assert set(base.coder_names()) >= set(declared)
+    for name in declared:
+        assert type(base.get_coder(name)).__name__ == declared[name].split(":")[1]
+    probe = (
+        "import sys\n"
+        "from fleet_tui.coders.base import get_coder, account_of\n"
+        "get_coder('shell'); account_of('claude', 'opus')\n"
+        "print('importlib.metadata' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", "a built-in coder was looked up through the packages' metadata"
