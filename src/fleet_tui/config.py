@@ -104,6 +104,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class _Key:
+    """One config.toml key: its type, its documentation and its bounds."""
+
     kind: Literal["int", "float", "str", "bool", "floats", "strs"]
     doc: str
     optional: bool = False

@@ -23,6 +23,8 @@ SETTLED = (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN)
 
 @dataclass(frozen=True)
 class Notice:
+    """One thing worth telling a person (a question, a parked task, a drained queue), once."""
+
     key: str  # the event's identity across engines (the notifications table's primary key)
     kind: str  # question | needs_human | done | drained | rate_limit | error | test
     title: str

@@ -148,6 +148,8 @@ def stdout_writer() -> Callable[[str], Any] | None:
 # -- the workers -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Result:
+    """How sending a notice to one target went."""
+
     target: str
     ok: bool
     detail: str = ""

@@ -18,6 +18,8 @@ from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Snapshot, Tas
 
 @dataclass(frozen=True)
 class CommandResult:
+    """What a command (add, kill, retry, ...) did, in words a person reads."""
+
     ok: bool
     message: str
     task: Task | None = None

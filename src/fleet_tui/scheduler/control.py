@@ -36,6 +36,9 @@ RUNNING_LIKE = frozenset({TaskStatus.RUNNING, TaskStatus.VERIFYING})
 
 @dataclass(frozen=True)
 class ControlConfig:
+    """The engines' heartbeat period (a controller judges an engine alive by it) and how long a
+    controller waits for an engine to carry out a command."""
+
     heartbeat_s: float = 5.0
     command_timeout_s: float = 30.0
 

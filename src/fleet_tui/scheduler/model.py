@@ -160,6 +160,8 @@ class Task:
 
 @dataclass(frozen=True)
 class Attempt:
+    """One run of an agent on a task: who ran it, where its files are, how it ended."""
+
     task_id: str
     n: int
     owner: str
@@ -194,6 +196,8 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens an agent reported for one turn or one attempt (what the gauges and budgets add up)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -245,6 +249,8 @@ FREE_TEXT = "(free text)"
 
 @dataclass(frozen=True)
 class Question:
+    """A question an agent asked a person through ask_human, and its answer once given."""
+
     id: str
     task_id: str
     attempt: int
@@ -269,6 +275,8 @@ class Question:
 
 @dataclass(frozen=True)
 class Host:
+    """One machine running an engine on this store, as its last heartbeat described it."""
+
     name: str
     heartbeat: float
     cores: int = 0
@@ -282,6 +290,8 @@ class Host:
 
 @dataclass(frozen=True)
 class Transition:
+    """One move of a task between states, with its reason (the task's history)."""
+
     task_id: str
     ts: float
     src: str | None
@@ -316,6 +326,8 @@ class Decision:
 
 @dataclass(frozen=True)
 class Gauges:
+    """The fleet's headroom and limits at one moment, as the cockpit's gauges show them."""
+
     running: int = 0
     max_concurrent: int = 0
     paused: bool = False

@@ -42,6 +42,8 @@ class LaunchError(RuntimeError):
 
 @dataclass
 class Launch:
+    """A started (or adopted) attempt, as its supervisor needs it."""
+
     dir: Path
     coder: Coder
     coder_name: str

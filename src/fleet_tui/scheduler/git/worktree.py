@@ -44,6 +44,8 @@ class WorktreeError(RuntimeError):
 
 @dataclass(frozen=True)
 class WorktreeInfo:
+    """A task's git worktree: where it is, its branch, and what it was cut from."""
+
     repo_root: Path  # the user's main checkout
     path: Path  # root/<name>
     branch: str  # fleet/<name>
@@ -53,6 +55,8 @@ class WorktreeInfo:
 
 @dataclass(frozen=True)
 class SetupResult:
+    """How a worktree's setup command ended."""
+
     ok: bool
     output: str  # stdout+stderr, the last 64 KiB
     exit_code: int | None  # None when it timed out
@@ -60,6 +64,8 @@ class SetupResult:
 
 @dataclass(frozen=True)
 class PreflightResult:
+    """Whether a worktree is fit for an agent to start in, and why not."""
+
     ok: bool
     reason: str  # "" when ok
     head: str | None = None
@@ -67,6 +73,8 @@ class PreflightResult:
 
 @dataclass(frozen=True)
 class MergeResult:
+    """How merging a task's branch into its base went."""
+
     ok: bool
     commit: str | None  # the new tip of base_ref on success
     conflicts: tuple[str, ...]
@@ -75,6 +83,8 @@ class MergeResult:
 
 @dataclass(frozen=True)
 class SweepReport:
+    """What a sweep of the fleet's worktrees removed, kept and could not touch."""
+
     removed: tuple[str, ...]
     kept_dirty: tuple[str, ...]
     skipped: tuple[str, ...]

@@ -62,6 +62,8 @@ class PullRequest:
 
 @dataclass(frozen=True)
 class Issue:
+    """A GitHub issue, as the fleet reads one into a task."""
+
     number: int
     title: str
     body: str

@@ -167,6 +167,8 @@ def plan(
 
 @dataclass(frozen=True)
 class Command:
+    """The command line an attempt starts with, and whether it continues a session."""
+
     ctx: AttemptContext  # with the prompt actually sent
     argv: list[str]
     continued: bool

@@ -22,6 +22,8 @@ RATE_LIMIT_BACKOFF_S = (60.0, 120.0, 300.0, 600.0, 1200.0)
 
 @dataclass(frozen=True)
 class Policy:
+    """The retry and handoff rules an attempt's verdict follows."""
+
     max_retries: int = 2
     retry_backoff_s: tuple[float, ...] = (30.0, 120.0, 480.0)
     max_handoffs: int = 3
@@ -30,6 +32,8 @@ class Policy:
 
 @dataclass(frozen=True)
 class Verdict:
+    """What happens to a task after an attempt: its next state, why, and when it may run."""
+
     status: TaskStatus | None  # None: leave the task alone (the claim was lost)
     reason: str | None
     use_retry: bool = False

@@ -27,6 +27,8 @@ def trim(text: str, limit: int = MAX_CONTEXT_CHARS) -> str:
 
 @dataclass(frozen=True)
 class DependencyResult:
+    """What a finished dependency left for the task after it (its result and branch)."""
+
     name: str
     result_text: str | None
     branch: str | None
@@ -34,6 +36,8 @@ class DependencyResult:
 
 @dataclass(frozen=True)
 class PromptContext:
+    """Everything an attempt's prompt is built from."""
+
     task: Task
     attempt: int
     workdir: str

@@ -24,6 +24,8 @@ OUTPUT_CAP = 64 * 1024
 
 @dataclass(frozen=True)
 class VerifyResult:
+    """What a task's verifiers said: passed, or which one failed and why."""
+
     passed: bool
     label: str | None  # the failing verifier's label
     output: str  # every verifier's output, in order

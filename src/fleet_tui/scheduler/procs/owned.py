@@ -31,6 +31,8 @@ OUTPUT_CAP = 256 * 1024
 
 @dataclass(frozen=True)
 class OwnedResult:
+    """How a child process the fleet owns (a verifier, git) ended, with its output."""
+
     exit_code: int | None  # None when it timed out or was cancelled
     stdout: bytes
     stderr: bytes

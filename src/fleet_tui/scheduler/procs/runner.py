@@ -44,6 +44,8 @@ EVENT_TEXT_CAP = 256 * 1024
 
 @dataclass(frozen=True)
 class RunLimits:
+    """The limits a runner holds an attempt to: line size, stall, timeout, context share."""
+
     max_line_bytes: int = 64 << 20
     stall_s: float | None = 600.0
     timeout_s: float | None = 3600.0
@@ -55,6 +57,8 @@ class RunLimits:
 
 @dataclass(frozen=True)
 class AttemptResult:
+    """How an attempt ended, as its runner saw it: exit, output, and why it was stopped."""
+
     exit_code: int | None
     exit_reason: ExitReason
     outcome: Outcome  # the coder's classification
