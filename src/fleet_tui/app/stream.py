@@ -141,21 +141,19 @@ class StreamLog(RichLog):
         if self._size_known and self._shown and width != self._width:  # cut at another width
             self._rerender()
         self._width = width
-        lines: list[Text] = []
+        fresh: list[Event] = []
         for ev in events:
             key = (ev.attempt, ev.seq)
             if key <= self._last:
                 continue
             self._last = key
-            self._shown.append(ev)
-            lines.append(event_line(ev, width, self._styles))
-        if self.max_lines:
-            lines = lines[-self.max_lines :]
-        if not lines:
+            fresh.append(ev)
+        if not fresh:
             return
-        if self._size_known:
-            self._append([self._strip(line) for line in lines])
-        # else they are kept and rendered when the pane first learns its size (``on_resize``)
+        self._shown.extend(fresh)
+        if self._size_known:  # else they are rendered when the pane first learns its size (``on_resize``)
+            kept = fresh[-self.max_lines :] if self.max_lines else fresh
+            self._append([self._strip(event_line(ev, width, self._styles)) for ev in kept])
         self.flushes += 1
 
     def on_resize(self, event: Resize) -> None:
@@ -169,14 +167,9 @@ class StreamLog(RichLog):
         unless it followed the end)."""
         width = self._width = self._line_width()
         strips = [self._strip(self._line(item, width)) for item in self._shown]
-        self.lines = strips
-        self._start_line = 0
-        self._line_cache.clear()
-        self._widest_line_width = max((s.cell_length for s in strips), default=0)
-        self.virtual_size = Size(self._widest_line_width, len(self.lines))
-        self.refresh()
-        if self.auto_scroll:
-            self.scroll_end(animate=False, immediate=False, x_axis=False)
+        self.clear()
+        if strips:
+            self._append(strips)
 
     def _strip(self, line: Text) -> Strip:
         """One event line (no newline: ``event_line`` folds them) as the strip ``write`` makes."""

@@ -7,6 +7,7 @@ this protocol, so adding an agent CLI is one module (and an entry point in the
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -352,7 +353,6 @@ BUILTIN: dict[str, tuple[str, str]] = {
     "gemini": ("fleet_tui.coders.gemini", "GeminiCoder"),
 }
 
-_classes: dict[str, type] = {}
 _PLUGINS: dict[str, type] | None = None
 
 
@@ -376,19 +376,13 @@ def _plugins() -> dict[str, type]:
 
 
 def coder_class(name: str) -> type | None:
-    """The class registered as coder ``name`` (None: there is none)."""
-    cls = _classes.get(name)
-    if cls is None:
-        if name in BUILTIN:
-            import importlib
-
-            module, attr = BUILTIN[name]
-            cls = getattr(importlib.import_module(module), attr)
-        else:
-            cls = _plugins().get(name)
-        if cls is not None:
-            _classes[name] = cls
-    return cls
+    """The class registered as coder ``name`` (None: there is none); a built-in one's module is
+    imported on first use (and found in ``sys.modules`` after that)."""
+    if name in BUILTIN:
+        module, attr = BUILTIN[name]
+        cls: type = getattr(importlib.import_module(module), attr)
+        return cls
+    return _plugins().get(name)
 
 
 def account_of(coder_name: str, model: str | None) -> str:
