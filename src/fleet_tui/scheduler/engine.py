@@ -66,6 +66,7 @@ from fleet_tui.scheduler.policy.verify import AgentReviewer
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.owned import reap_stale
 from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool, write_lease
+from fleet_tui.scheduler.procs.spares import SPARE_DIR
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.series import window as series_window
 from fleet_tui.scheduler.states import TaskStatus
@@ -88,6 +89,8 @@ PLAN_TICK_S = 1.0
 
 #: the longest an ended attempt's verdict waits for the start of the agent taking its slot
 START_FIRST_S = 0.05
+#: attempt folders the shims' server keeps ready at most (one per slot up to this; spares.py)
+MAX_SPARES = 8
 
 
 class Engine(Controller):
@@ -244,7 +247,11 @@ class Engine(Controller):
             self.clock(),
         )
         if self.cfg.max_concurrent > 0:
-            self.shim_pool = ShimPool(size=min(2, self.cfg.max_concurrent))
+            self.shim_pool = ShimPool(
+                size=min(2, self.cfg.max_concurrent),
+                spare_root=str(self.home / SPARE_DIR),
+                spares=min(self.cfg.max_concurrent, MAX_SPARES),
+            )
             await anyio.to_thread.run_sync(self.shim_pool.fill)
         if self._config_path is not None:
             self._watcher = ConfigWatcher(self._config_path)

@@ -29,6 +29,7 @@ from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, b
 from fleet_tui.scheduler.procs import attemptdir
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.runner import ShimPool, ShimProcess, read_json, spawn_shim
+from fleet_tui.scheduler.procs.spares import SPARE_DIR, Spares
 from fleet_tui.scheduler.sandbox import bwrap as sandbox
 from fleet_tui.scheduler.sandbox import policy as sbp
 from fleet_tui.scheduler.store.protocol import Store
@@ -138,6 +139,9 @@ class Launcher:
         self.clock = clock
         self.owner = owner
         self._shim_pool = shim_pool
+        #: attempt folders the shims' server made ahead (spares.py): one rename instead of a
+        #: few folders and files between an agent's end and the next one's start
+        self._spares = Spares(str(self.home / SPARE_DIR))
         self._home_checks: dict[Path, tuple[float, Path | None]] = {}  # cwd -> (until, answer)
 
     @property
@@ -285,7 +289,8 @@ class Launcher:
             retry_output=retry_output, crashed=crashed, handoff=handoff is not None, message=message,
         )  # fmt: skip
         adir = attempt_dir(self.home, task.id, task.attempt)
-        _make_attempt_dir(adir)
+        if not self._spares.take(str(adir)):
+            _make_attempt_dir(adir)
         mcp_command, mcp_env = server_launch(
             store, self.home, task.id, task.attempt, self.cfg.question_timeout_min * 60, adir
         )

@@ -111,8 +111,14 @@ def write_json(path: str, data: dict[str, object]) -> None:
 
 def reserve_exit(dir: str) -> None:
     """Set aside the space of ``exit.json`` (``exit.json.reserved``) as the agent starts: an
-    agent that fills the disk cannot make its own exit status unwritable."""
+    agent that fills the disk cannot make its own exit status unwritable. A space set aside
+    already (a spare attempt folder comes with it: spares.py) is kept as it is."""
     path = os.path.join(dir, EXIT_RESERVED)
+    try:
+        if os.stat(path).st_size >= EXIT_RESERVE:
+            return
+    except OSError:
+        pass
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -186,6 +192,28 @@ def create_lease(path: str, deadline: float) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def first_lease(path: str, deadline: float) -> bool:
+    """The shim's first lease: written into the empty ``lease`` a spare attempt folder comes
+    with (spares.py; no new file), else made as ``create_lease`` makes it. Never over a lease
+    its supervisor wrote first: that one replaces the file whole (``write_deadline``), so this
+    either finds it there and leaves it, or writes into the empty file it replaced."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return create_lease(path, deadline)
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_size:
+            return False
+        os.pwrite(fd, f"{deadline:.3f}\n".encode(), 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def write_deadline(dir: str, deadline: float) -> None:

@@ -180,8 +180,11 @@ class ShimPool:
     AHEAD = 2  # shims forked ahead of their jobs: slots freed together need not wait for a fork
     ANSWER_S = 60.0  # no waiting shim from the server, or no job read by one, within this: given up
 
-    def __init__(self, size: int = 1) -> None:
+    def __init__(self, size: int = 1, spare_root: str | None = None, spares: int = 0) -> None:
         self.size = size  # kept for callers; one server forks any number of shims
+        #: where the server keeps ``spares`` attempt folders ready (spares.py); None: it keeps none
+        self.spare_root = spare_root
+        self.spares = spares
         self.server: subprocess.Popen[bytes] | None = None
         self.closed = False
         self._lock = threading.Lock()
@@ -193,9 +196,12 @@ class ShimPool:
                 return
             self._let_go()
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            cmd = [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote", str(self.AHEAD)]
+            if self.spare_root is not None and self.spares > 0:
+                cmd += [self.spare_root, str(self.spares)]
             try:
                 self.server = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote", str(self.AHEAD)],
+                    cmd,
                     stdin=theirs.fileno(),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,

@@ -37,10 +37,11 @@ import time
 
 try:
     from . import attemptfiles as files
-    from . import proctree
+    from . import proctree, spares
 except ImportError:  # run as a bare module from this folder (invoke.SHIM_BOOT): no package
     import attemptfiles as files  # type: ignore[no-redef]
     import proctree  # type: ignore[no-redef]
+    import spares  # type: ignore[no-redef]
 
 # the shim's helpers, under the names other code and tests know them by
 alive = proctree.alive
@@ -137,7 +138,7 @@ class Shim:
         os.close(err_fd)
         self.agent_pid = pid
         if self.lease_file and self.lease_until is not None:  # the first lease: after the agent
-            files.create_lease(self.lease_file, self.lease_until)
+            files.first_lease(self.lease_file, self.lease_until)
         # the exit record's space, set aside before the agent could have filled the disk (it
         # has barely started); after it, not before: one file creation less before it starts
         files.reserve_exit(self.dir)
@@ -397,14 +398,15 @@ def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
     return pid, proctree.proc_start_ticks(pid) or 0, job_w, done_r
 
 
-def zygote(ahead: int = 1) -> int:
+def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0) -> int:
     """A fork server on a Unix socket (its stdin) to its supervisor: it keeps ``ahead`` shims
     forked ahead of their jobs, each waiting on a pipe of its own, and sends the supervisor each
     one's pid, start ticks and the pipe's writing end; the supervisor writes a job straight into
     a pipe, then asks for another (``n``). Forking this small, already started process costs
     about a millisecond; a new interpreter costs ten or more. It reaps the shims it forked; when
     the supervisor goes away (the socket closes) it exits, and so do the shims still waiting (their
-    pipes close); the others live on."""
+    pipes close); the others live on. With ``spare_root`` it also keeps ``spare_count`` attempt
+    folders ready there (spares.py), after the shims: both while the agents run."""
     import socket  # the server only: a shim needs none
 
     proctree.preload_prctl()  # every shim makes itself a subreaper: inherit ctypes, don't import it
@@ -426,6 +428,8 @@ def zygote(ahead: int = 1) -> int:
     try:
         for _ in range(ahead):
             send_one()
+        if spare_root:
+            spares.top_up(spare_root, spare_count)
         while True:
             ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
             if wake_r in ready:
@@ -441,14 +445,19 @@ def zygote(ahead: int = 1) -> int:
                 return 0
             for _ in range(asked.count(b"n")):
                 send_one()
+            if spare_root:
+                spares.top_up(spare_root, spare_count)
     except OSError:  # the supervisor went away while a shim was being sent
         return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--zygote"]:
-        return zygote(int(args[1]) if len(args) > 1 else 1)
+    if args[:1] == ["--zygote"]:  # --zygote AHEAD [SPARE_ROOT SPARE_COUNT]
+        ahead = int(args[1]) if len(args) > 1 else 1
+        if len(args) > 3:
+            return zygote(ahead, args[2], int(args[3]))
+        return zygote(ahead)
     if args == ["--warm"]:
         # started ahead of time with everything imported; waits for its job on stdin. A supervisor
         # that dies before handing one over closes the pipe, and the warm shim just exits.
