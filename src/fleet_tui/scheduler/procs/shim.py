@@ -398,6 +398,12 @@ def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
     return pid, proctree.proc_start_ticks(pid) or 0, job_w, done_r
 
 
+#: how long after a start the fork server makes its spares again (spares.py): the nine new
+#: files and folders cost milliseconds of CPU on some disks, which the agent just started (and
+#: its shim) need more on a machine with few cores; the fork of the next shim is not delayed
+SPARES_AFTER_S = 0.02
+
+
 def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0) -> int:
     """A fork server on a Unix socket (its stdin) to its supervisor: it keeps ``ahead`` shims
     forked ahead of their jobs, each waiting on a pipe of its own, and sends the supervisor each
@@ -428,10 +434,14 @@ def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0) 
     try:
         for _ in range(ahead):
             send_one()
-        if spare_root:
-            spares.top_up(spare_root, spare_count)
+        # when to make spares (those taken since the last round; at first, all of them)
+        due = time.monotonic() + SPARES_AFTER_S if spare_root else None
         while True:
-            ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
+            timeout = None if due is None else max(0.0, due - time.monotonic())
+            ready, _, _ = select.select([sock.fileno(), wake_r], [], [], timeout)
+            if due is not None and time.monotonic() >= due:
+                due = None
+                spares.top_up(spare_root or "", spare_count)
             if wake_r in ready:
                 try:
                     os.read(wake_r, 512)
@@ -445,8 +455,8 @@ def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0) 
                 return 0
             for _ in range(asked.count(b"n")):
                 send_one()
-            if spare_root:
-                spares.top_up(spare_root, spare_count)
+            if spare_root and due is None:  # not now: the agent just started needs the cores
+                due = time.monotonic() + SPARES_AFTER_S
     except OSError:  # the supervisor went away while a shim was being sent
         return 0
 
