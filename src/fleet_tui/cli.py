@@ -203,6 +203,19 @@ def _engine(ctx: Ctx, **kw: Any) -> Any:
     return Engine(ctx.store, ctx.home, ctx.cfg, config_path=ctx.config_path, **kw)
 
 
+def _shim_pool(ctx: Ctx) -> Any:
+    """The shims' fork server, started before the engine is imported: its interpreter's start
+    and its first spare attempt folders then happen while this process imports (on another
+    core), not between the engine's start and its first agent's."""
+    if ctx.cfg.max_concurrent < 1:
+        return None
+    from fleet_tui.scheduler.procs.invoke import ShimPool
+
+    pool = ShimPool.for_home(ctx.home, ctx.cfg.max_concurrent)
+    pool.fill()
+    return pool
+
+
 def cmd_run(ctx: Ctx) -> int:
     import dataclasses
 
@@ -211,7 +224,7 @@ def cmd_run(ctx: Ctx) -> int:
         if a.max_concurrent < 1:
             raise UserError("--max-concurrent must be at least 1")
         ctx._cfg = dataclasses.replace(ctx.cfg, max_concurrent=a.max_concurrent)
-    engine = _engine(ctx, host=a.host_name, tags=a.tag or ())
+    engine = _engine(ctx, host=a.host_name, tags=a.tag or (), shim_pool=_shim_pool(ctx))
     if a.max_concurrent is not None:
         engine.overrides["max_concurrent"] = a.max_concurrent  # the flag wins over hot reloads
     if a.max_wait is not None:

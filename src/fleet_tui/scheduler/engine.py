@@ -66,7 +66,6 @@ from fleet_tui.scheduler.policy.verify import AgentReviewer
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.owned import reap_stale
 from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool, write_lease
-from fleet_tui.scheduler.procs.spares import SPARE_DIR
 from fleet_tui.scheduler.series import Counters, SeriesCollector
 from fleet_tui.scheduler.series import window as series_window
 from fleet_tui.scheduler.states import TaskStatus
@@ -89,8 +88,6 @@ PLAN_TICK_S = 1.0
 
 #: the longest an ended attempt's verdict waits for the start of the agent taking its slot
 START_FIRST_S = 0.05
-#: attempt folders the shims' server keeps ready at most (one per slot up to this; spares.py)
-MAX_SPARES = 8
 
 
 class Engine(Controller):
@@ -111,6 +108,7 @@ class Engine(Controller):
         clock: Callable[[], float] = time.time,
         headroom: Callable[[], Headroom] | None = None,
         config_path: Path | None = None,
+        shim_pool: ShimPool | None = None,
     ) -> None:
         self.cfg = config or Config()
         self.host = host or hostname()
@@ -157,7 +155,8 @@ class Engine(Controller):
         self.max_wait: float | None = None
         #: set when an until-idle run ended with a longer time-based wait left (see max_wait)
         self.left_time_waits = False
-        self.shim_pool: ShimPool | None = None
+        #: the shims' fork server: given when it was started before the engine was made (cli.py)
+        self.shim_pool: ShimPool | None = shim_pool
         #: settings given on the command line win over config.toml, also after a hot reload
         self.overrides: dict[str, Any] = {}
         # the collaborators: each reads the settings as they are now (a hot reload replaces them)
@@ -247,11 +246,8 @@ class Engine(Controller):
             self.clock(),
         )
         if self.cfg.max_concurrent > 0:
-            self.shim_pool = ShimPool(
-                size=min(2, self.cfg.max_concurrent),
-                spare_root=str(self.home / SPARE_DIR),
-                spares=min(self.cfg.max_concurrent, MAX_SPARES),
-            )
+            if self.shim_pool is None:
+                self.shim_pool = ShimPool.for_home(self.home, self.cfg.max_concurrent)
             await anyio.to_thread.run_sync(self.shim_pool.fill)
         if self._config_path is not None:
             self._watcher = ConfigWatcher(self._config_path)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fleet_tui.scheduler.private import user_umask
-from fleet_tui.scheduler.procs import attemptdir
+from fleet_tui.scheduler.procs import attemptdir, spares
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.attemptdir import ExitInfo, ShimInfo
 from fleet_tui.scheduler.procs.owned import run_owned
@@ -189,6 +189,16 @@ class ShimPool:
         self.closed = False
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
+
+    @classmethod
+    def for_home(cls, home: Path, max_concurrent: int) -> ShimPool:
+        """The pool an engine on ``home`` runs its attempts with (its server keeps a spare
+        attempt folder per slot ready, up to ``spares.MOST``), not started yet (``fill``)."""
+        return cls(
+            size=min(2, max_concurrent),
+            spare_root=str(home / spares.SPARE_DIR),
+            spares=min(max_concurrent, spares.MOST),
+        )
 
     def fill(self) -> None:
         with self._lock:

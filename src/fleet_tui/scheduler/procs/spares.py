@@ -33,6 +33,8 @@ except ImportError:  # run as a bare module from this folder (the fork server): 
 
 #: the spares' folder in a fleet home
 SPARE_DIR = "spare"
+#: spares kept ready at most (one per slot up to this)
+MOST = 8
 #: the files of a spare attempt folder: every attempt makes them, and each is empty until written
 #: (``shim.json`` is written through its ``.tmp`` twin, then renamed; an empty ``lease`` reads
 #: as no lease, as it always did between its creation and its first deadline)
