@@ -193,3 +193,22 @@ def test_a_pooled_shim_closes_its_done_pipe_after_its_exit_record(tmp_path: Path
         os.close(p.done_fd)
     finally:
         pool.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no session scheduling groups here")
+def test_a_niced_agent_gets_its_sessions_scheduling_group_niced_too(tmp_path: Path) -> None:
+    # where sessions are scheduling groups (autogroup), a process's own niceness only weighs
+    # inside its session: the agent's session must be niced as a group as well
+    pool = ShimPool()
+    pool.fill()
+    try:
+        adir = tmp_path / "a"
+        cmd = "cat /proc/self/autogroup; awk '{print $19}' /proc/$$/stat"
+        argv = ["sh", "-c", cmd]
+        p = spawn_shim(adir, tmp_path, argv, _env(), None, 5.0, time.time() + 60, pool=pool, nice=7)
+        _wait(lambda: p.poll() is not None, "the agent to end")
+        group, own = (adir / "stdout.jsonl").read_text().split("\n")[:2]
+        assert group.endswith(" nice 7"), group
+        assert own.strip() == "7"
+    finally:
+        pool.close()

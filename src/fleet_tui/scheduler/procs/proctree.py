@@ -128,6 +128,28 @@ def reap_children(seen: Callable[[int, int], None] | None = None) -> None:
             seen(pid, status)
 
 
+def set_autogroup_nice(pid: int, nice: int) -> bool:
+    """Give the session of ``pid`` (a session leader) the niceness ``nice`` as a scheduling group.
+
+    Why: where the kernel groups processes by session (autogroup: on by default in most
+    distributions' kernels), the CPU is first shared fairly between sessions, and a process's
+    own niceness only weighs against the processes of its session. An agent runs in a session of
+    its own, so its niceness alone did nothing against the cockpit (32 agents took 32 shares to
+    the cockpit's one); its session's group niceness does. Any user may raise it for their own
+    processes. False where there are no such groups (no file) or it cannot be set."""
+    try:
+        fd = os.open(f"/proc/{pid}/autogroup", os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        os.write(fd, str(nice).encode())
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def has_children(pid: int) -> bool:
     """Cheap check through /proc/PID/task/*/children; falls back to a full scan."""
     try:
