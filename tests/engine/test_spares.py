@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -163,3 +164,33 @@ def test_attempts_run_in_spare_folders_left_by_an_earlier_run(tmp_path: Path) ->
         assert sorted(os.listdir(adir)) == sorted(
             [files.STDOUT, files.STDERR, files.PROMPT, files.EXIT_JSON, files.SHIM_JSON, files.LEASE]
         )
+
+
+def test_a_spare_that_cannot_be_made_whole_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "spare"
+    root.mkdir()
+    real = spares._fill
+
+    def full_disk(top: str) -> None:
+        real(top)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spares, "_fill", full_disk)
+    assert top_up(str(root), 2) == 0
+    assert list(root.iterdir()) == []
+
+
+def test_half_made_spares_of_a_server_that_died_are_cleared(tmp_path: Path) -> None:
+    root = tmp_path / "spare"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = root / f".{dead.pid}-00000000"
+    (stale / "attempts" / "1").mkdir(parents=True)
+    (stale / "attempts" / "1" / "stdout.jsonl").write_text("")
+    mine = root / f".{os.getpid()}-11111111"  # being made by a live server: left alone
+    mine.mkdir()
+    assert top_up(str(root), 1) == 1
+    assert not stale.exists() and mine.exists()
+    assert len(_ready(root)) == 1

@@ -60,6 +60,36 @@ def _name() -> str:
     return f"{os.getpid()}-{os.urandom(4).hex()}"
 
 
+def _remove(path: str) -> None:
+    """Remove a spare's folder and what is in it (best effort; spares hold no one's data)."""
+    try:
+        for top, dirs, names in os.walk(path, topdown=False):
+            for name in names:
+                os.unlink(os.path.join(top, name))
+            for name in dirs:
+                os.rmdir(os.path.join(top, name))
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _maker_gone(name: str) -> bool:
+    """A half-made spare (``.<pid>-<hex>``) whose maker is no longer running."""
+    try:
+        pid = int(name[1:].split("-", 1)[0])
+    except ValueError:
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def top_up(root: str, want: int) -> int:
     """Make spares under ``root`` until ``want`` are ready (husks left by later attempts are
     filled again first); how many it made or filled. ``root`` itself is made when missing, but
@@ -75,8 +105,10 @@ def top_up(root: str, want: int) -> int:
         ready = 0
         husks: list[str] = []
         for name in names:
-            if name.startswith("."):
-                continue  # being made (or left half made by a server that died)
+            if name.startswith("."):  # being made, or left half made by a server that died
+                if _maker_gone(name):
+                    _remove(os.path.join(root, name))
+                continue
             if os.path.isdir(os.path.join(root, name, _INNER)):
                 ready += 1
             else:
@@ -90,8 +122,12 @@ def top_up(root: str, want: int) -> int:
                     continue  # an engine took it meanwhile
             else:
                 os.mkdir(tmp, 0o700)
-            _fill(tmp)
-            os.rename(tmp, os.path.join(root, _name()))
+            try:
+                _fill(tmp)
+                os.rename(tmp, os.path.join(root, _name()))
+            except OSError:
+                _remove(tmp)  # a full disk, say: nothing half made is left behind
+                raise
             ready += 1
             made += 1
     except OSError:
