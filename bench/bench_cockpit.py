@@ -17,7 +17,9 @@ fires, p50/p99/max), where the cockpit's thread spent the intervals whose tick c
 20 ms late (``/proc/thread-self/schedstat``: running, runnable but waiting for a CPU, or neither:
 the interpreter lock held by another thread), the key-to-screen time (a key posted the way the
 terminal driver posts it, until the screen it changes has been refreshed: ``?`` opens the help,
-``escape`` closes it, ``down``/``up`` moves the queue cursor; p50/p99), and this process's RSS
+``escape`` closes it, ``down``/``up`` moves the queue cursor; p50/p99; for the cockpit also the
+time from that key until the stream pane has been refreshed with the newly selected task's stored
+events, "stream fill", which the cockpit draws in a frame after the cursor's), and this process's RSS
 over time. Then every event is checked to be on disk: per attempt, the burst events stored in the
 SQLite store against the count the sim reports in its final result ("emitted N events") and the
 lines of its raw ``stdout.jsonl``.
@@ -223,14 +225,18 @@ async def refreshed(widget: Widget | Screen[object]) -> None:
         await asyncio.wait_for(done.wait(), KEY_TIMEOUT)
 
 
-async def key_to_screen(app: App[None], key: str, changed: Callable[[], bool], ph: Phase, label: str) -> None:
+async def key_to_screen(
+    app: App[None], key: str, changed: Callable[[], bool], ph: Phase, label: str
+) -> float | None:
+    """The key's time to screen, recorded under ``label``; returns when the key was sent."""
     t0 = time.perf_counter()
     send_key(app, key)
     if not await until(changed):
         ph.timeouts += 1
-        return
+        return None
     await refreshed(app.screen)
     ph.keys.setdefault(label, []).append(time.perf_counter() - t0)
+    return t0
 
 
 async def key_round(app: FleetApp | BareApp, probe: Probe) -> None:
@@ -256,7 +262,13 @@ async def _key_round(app: FleetApp | BareApp, ph: Phase) -> None:
     if queue.row_count > 1:
         row = queue.cursor_row
         key = "down" if row < queue.row_count - 1 else "up"
-        await key_to_screen(app, key, lambda: queue.cursor_row != row, ph, "cursor move")
+        t0 = await key_to_screen(app, key, lambda: queue.cursor_row != row, ph, "cursor move")
+        if t0 is not None and isinstance(app, FleetApp):  # the new task's stored events drawn too
+            if not await until(lambda: not app.stream.filling):
+                ph.timeouts += 1
+                return
+            await refreshed(app.screen)
+            ph.keys.setdefault("stream fill", []).append(time.perf_counter() - t0)
 
 
 async def measure(

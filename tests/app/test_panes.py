@@ -276,6 +276,34 @@ async def test_stream_fills_then_follows_live_without_duplicates() -> None:
         assert all("other task" not in line.text for line in app.stream.lines)
 
 
+async def test_the_stream_is_filled_after_the_cursor_is_drawn_and_only_where_it_rests() -> None:
+    """A cursor move reaches the screen before the new task's stored events are read and drawn
+    (under a loud fleet the read and 200 lines drawn used to delay the cursor itself), and a key
+    held down reads nothing for the rows the cursor only passed over."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    reads: list[tuple[str, int]] = []
+    load = engine.events
+
+    async def events(ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
+        reads.append((ref, app.queue.lines_drawn))
+        return await load(ref, attempt, limit)
+
+    engine.events = events  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        app.queue.select_id("t-0004")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0004" and not app.stream.filling, "first fill")
+        reads.clear()
+        drawn = app.queue.lines_drawn
+        app.queue.select_id("t-0003")  # passed over in the same turn of the loop ...
+        app.queue.select_id("t-0002")  # ... as the row the cursor rests on
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and not app.stream.filling, "fill")
+        assert [ref for ref, _ in reads] == ["t-0002"]
+        assert reads[0][1] > drawn, "the stored events were read before the cursor's row was drawn"
+        assert len(app.stream.lines) == 10
+
+
 async def test_gauges_and_notice_events() -> None:
     engine = sc.several_running()
     app = sc.make_app(engine)

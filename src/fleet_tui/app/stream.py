@@ -9,8 +9,10 @@ The log keeps a bounded number of lines (the full history is in ``fleet-tui logs
 screen), and the events behind them: a line is cut to the pane's width when written, so when the
 width changes (the terminal resized, or the first layout settling after the fill) every kept line is
 rendered again at the new width rather than staying cut at the old one. When the selection changes the pane is
-first filled from the engine's stored events, then follows live ones, dropping any the fill already
-showed (by attempt and sequence number).
+cleared at once and filled from the engine's stored events only after the screen has been refreshed
+(so a cursor move is on screen without waiting for the read and 200 lines drawn, and a key held down
+reads only where the cursor rests), then follows live ones, dropping any the fill already showed (by
+attempt and sequence number).
 """
 
 from __future__ import annotations
@@ -78,6 +80,13 @@ class StreamLog(RichLog):
             self._filling = False
             return
         self._filling = True
+        # the cleared pane (and whatever moved the selection: the queue's cursor) reaches the
+        # screen first; the stored events are read and drawn in a frame of their own after it
+        self.call_after_refresh(self._start_fill, task_id, loader)
+
+    def _start_fill(self, task_id: str, loader: Callable[[], Awaitable[list[Event]]]) -> None:
+        if task_id != self.task_id:  # the selection moved on before the screen was refreshed
+            return
 
         async def fill() -> None:  # a callable, so a cancelled fill leaves no un-awaited coroutine
             await self._fill(task_id, loader)
