@@ -173,6 +173,37 @@ class ThreadFake:
         return CommandResult(True, f"killed {ref}")
 
 
+async def test_stored_reads_do_not_wait_for_the_engines_loop(tmp_path: Path) -> None:
+    """A stream fill or a detail screen reads the store from a worker thread of the cockpit's own:
+    with the engine's loop stuck in a long piece of work, they still answer (through that loop,
+    each waited for it to take the answer back: 30-60 ms under a loud fleet)."""
+    raw, store = _store(tmp_path, 1)
+    task = raw.list_tasks()[0]
+    raw.append_events([Event(task.id, 1, i, 1.0, "text", text=f"line {i}") for i in range(1, 4)])
+    view = AttachedView(store, tmp_path, CFG)
+    hosted = EngineThread(view, view.run)
+    busy, release = threading.Event(), threading.Event()
+
+    async def hold(engine: AttachedView) -> None:  # blocks the engine's loop itself
+        busy.set()
+        release.wait(60)
+
+    held = asyncio.ensure_future(hosted.call(hold))
+    try:
+        await asyncio.to_thread(busy.wait, 30)
+        events = await asyncio.wait_for(hosted.events(task.name, None, 200), 30)
+        assert [e.text for e in events] == ["line 1", "line 2", "line 3"]
+        assert await asyncio.wait_for(hosted.transitions(task.id), 30) == raw.transitions(task.id)
+        assert await asyncio.wait_for(hosted.attempts(task.id), 30) == []
+        assert not held.done(), "the engine's loop was free after all"
+        assert await asyncio.wait_for(hosted.events("no-such-task"), 30) == []
+    finally:
+        release.set()
+        await held
+        hosted.stop()
+        raw.close()
+
+
 async def test_commands_run_on_the_engines_thread_and_batches_come_back_merged() -> None:
     fake = ThreadFake()
     hosted = EngineThread(fake, fake.run)

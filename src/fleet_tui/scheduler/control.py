@@ -284,21 +284,35 @@ class Controller:
         return CommandResult(True, f"answered {question_id}")
 
     # -- reads for the cockpit (shared by the engine and the attached view) ---------------------
-    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
+    # Each is a plain blocking function of the store (thread-safe: it locks or pools its
+    # connections) and one hop to a worker thread. The hosted cockpit calls the blocking ones from
+    # its own worker threads (app/hosted.py): a read then never waits for the engine's busy loop
+    # to take its answer back, which under a loud fleet was most of a stream fill's time.
+    def stored_events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
+        """The task's last ``limit`` events (of one attempt, or of all), oldest first; blocking."""
+        task = self.find(ref)
         if task is None:
             return []
         if attempt is None:
-            return await anyio.to_thread.run_sync(self.store.last_events, task.id, limit)
-        return await anyio.to_thread.run_sync(lambda: self.store.events(task.id, attempt, limit=limit))
+            return self.store.last_events(task.id, limit)
+        return self.store.events(task.id, attempt, limit=limit)
+
+    def stored_attempts(self, ref: str) -> list[Attempt]:
+        task = self.find(ref)
+        return [] if task is None else self.store.attempts(task.id)
+
+    def stored_transitions(self, ref: str) -> list[Transition]:
+        task = self.find(ref)
+        return [] if task is None else self.store.transitions(task.id)
+
+    async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
+        return await anyio.to_thread.run_sync(self.stored_events, ref, attempt, limit)
 
     async def attempts(self, ref: str) -> list[Attempt]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        return [] if task is None else await anyio.to_thread.run_sync(self.store.attempts, task.id)
+        return await anyio.to_thread.run_sync(self.stored_attempts, ref)
 
     async def transitions(self, ref: str) -> list[Transition]:
-        task = await anyio.to_thread.run_sync(self.find, ref)
-        return [] if task is None else await anyio.to_thread.run_sync(self.store.transitions, task.id)
+        return await anyio.to_thread.run_sync(self.stored_transitions, ref)
 
     async def pull_request(self, ref: str) -> str | None:
         """The task's pull request in one line (``PR #12 open, checks passing · URL``), or None."""
