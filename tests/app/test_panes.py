@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.style import Style
+from textual.dom import DOMNode
+from textual.geometry import Region
 from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
@@ -413,6 +416,34 @@ async def test_stream_is_batched_and_capped() -> None:
         app.stream.flush()
         assert len(app.stream.lines) == MAX_LINES
         assert "line 2999" in app.stream.lines[-1].text
+
+
+async def test_a_stream_redraw_reads_its_style_once_not_per_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawing the stream pane asks for its style (a walk over every ancestor's styles) once per
+    pass; ``RichLog`` asked on every line, a third of a scrolling pane's redraw. Counted, not timed;
+    the lines drawn are the same (the snapshots hold the look)."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=(120, 48)) as pilot:
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.flushes, "fill")
+        stream = app.stream
+        region = Region(0, 0, stream.size.width, stream.size.height)
+        stream.refresh()
+        before = [strip.text for strip in stream.render_lines(region)]
+        asks = 0
+        style_of = vars(DOMNode)["rich_style"].fget
+
+        def counted(node: DOMNode) -> Style:
+            nonlocal asks
+            if node is stream:
+                asks += 1
+            return style_of(node)
+
+        monkeypatch.setattr(DOMNode, "rich_style", property(counted))
+        stream.refresh()
+        assert [strip.text for strip in stream.render_lines(region)] == before
+        assert stream.size.height > 10 and asks <= 2
 
 
 async def test_detail_tabs_by_number() -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 
+from rich.style import Style
 from rich.text import Text
 from textual.events import Resize
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.reactive import Reactive
 from textual.strip import Strip
 from textual.widgets import RichLog
@@ -56,6 +57,7 @@ class StreamLog(RichLog):
         self._shown: deque[Event | str] = deque(maxlen=max_lines)
         self._width = 0  # the width the kept lines were cut to
         self._hint: str | None = None
+        self._pass_style: Style | None = None  # the widget's style, during one ``render_lines``
         self.flushes = 0
 
     @property
@@ -179,6 +181,30 @@ class StreamLog(RichLog):
         self.clear()
         if strips:
             self._append(strips)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # ``RichLog`` asks for the widget's style on every line it draws, and each ask walks the
+        # styles of every ancestor: a third of a scrolling pane's redraw. It is the same for the
+        # whole pass, so it is read once here.
+        self._pass_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_style = None
+
+    def render_line(self, y: int) -> Strip:
+        """``RichLog.render_line`` with the pass's style (the same strips, drawn alike)."""
+        style = self._pass_style or self.rich_style
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        y += scroll_y
+        if y >= len(self.lines):
+            return Strip.blank(width, style).apply_style(style)
+        key = (y + self._start_line, scroll_x, width, self._widest_line_width)
+        line = self._line_cache.get(key)
+        if line is None:
+            line = self._line_cache[key] = self.lines[y].crop_extend(scroll_x, scroll_x + width, style)
+        return line.apply_style(style)
 
     def _strip(self, line: Text) -> Strip:
         """One event line (no newline: ``event_line`` folds them) as the strip ``write`` makes."""
