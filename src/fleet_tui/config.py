@@ -160,7 +160,8 @@ KEYS: dict[str, _Key] = {
     "kill_grace_s": _Key("float", "seconds between SIGTERM and SIGKILL when stopping an agent", low=0),
     "agent_nice": _Key(
         "int",
-        "scheduling niceness of agents (0-19): a busy fleet leaves the cockpit responsive",
+        "scheduling niceness of agents, their verifiers and setup commands (0-19): a busy fleet "
+        "leaves the cockpit responsive",
         low=0,
         high=19,
     ),

@@ -354,3 +354,40 @@ def test_a_slot_is_held_through_verification_and_freed_without_it(tmp_path: Path
     assert _agents_overlapping(got) == 1
     # the verifier ran before the next agent started: its slot was held through it
     assert got.index("verified checked") < got.index("start after"), got
+
+
+def test_verifiers_run_at_the_agents_niceness(tmp_path: Path) -> None:
+    """A verifier is the agents' work (a test suite, a build): it runs at ``agent_nice`` like the
+    agent, and where sessions are scheduling groups (autogroup) its session is niced as a group
+    too. At niceness 0 a fleet's test suites took the CPU from the cockpit however nice the agents
+    were."""
+    home, out, tasks = tmp_path / "home", tmp_path / "nice", tmp_path / "tasks.toml"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        "max_load_per_core = 1000.0\nmem_floor_gib = 0.1\ndisk_floor_gib = 0.1\nagent_nice = 6\n"
+    )
+    group = "cat /proc/self/autogroup 2>/dev/null || echo none"
+    probe = "awk '{print $19}' /proc/self/stat"
+    tasks.write_text(
+        "\n".join(
+            [
+                "[[task]]",
+                'name = "checked"',
+                'prompt = "x"',
+                'coder = "shell"',
+                f'command = "echo agent $({probe}) >> {out}"',
+                "  [[task.verify]]",
+                f'  run = "echo verifier $({probe}) $({group}) >> {out}"',
+                "",
+            ]
+        )
+    )
+    fleet(home, "load", str(tasks))
+    fleet(home, "run", "--until-idle", timeout=120)
+    assert [t["status"] for t in status(home)] == ["done"]
+    agent, verifier = out.read_text().splitlines()
+    assert agent == "agent 6"
+    words = verifier.split()
+    assert words[:2] == ["verifier", "6"], verifier
+    if Path("/proc/self/autogroup").exists():
+        assert words[-2:] == ["nice", "6"], verifier

@@ -192,10 +192,17 @@ class Reaper:
         stop = r.runner.stop_event  # kill, cancel, retry and shutdown stop the verifiers too
         if reviewer is not None:
             reviewer.cancel = stop  # type: ignore[attr-defined]
-        wrap = verifier_wrap(self.home, self._config().sandbox, task, workdir)
+        cfg = self._config()
+        wrap = verifier_wrap(self.home, cfg.sandbox, task, workdir)
         r.verifying = True
         vr = run_verifiers(
-            task.spec.verify, workdir, reviewer=reviewer, wrap=wrap, cancel=stop, home=self.home
+            task.spec.verify,
+            workdir,
+            reviewer=reviewer,
+            wrap=wrap,
+            cancel=stop,
+            home=self.home,
+            nice=cfg.agent_nice,
         )
         r.verifying = False
         # a review is part of the task's cost (and of today's spend, through the attempt record)

@@ -199,7 +199,7 @@ class Launcher:
             marker.unlink(missing_ok=True)  # a new checkout: its setup has not run yet
         setup = task.spec.setup or self.cfg.worktree_setup
         if setup and not marker.exists():
-            res = wt.run_setup(info, setup, timeout_s=600, home=self.home)
+            res = wt.run_setup(info, setup, timeout_s=600, home=self.home, nice=self.cfg.agent_nice)
             if not res.ok:
                 raise LaunchError(f"setup_failed: `{setup}` exit {res.exit_code}: {res.output[-2000:]}")
             marker.write_text(str(info.path))

@@ -352,7 +352,9 @@ def _retire_stale_branch(repo_root: Path, branch: str, git_ref: str) -> None:
     _git(repo_root, "config", "--remove-section", f"branch.{branch}", check=False)
 
 
-def run_setup(info: WorktreeInfo, command: str, timeout_s: float, *, home: Path | None = None) -> SetupResult:
+def run_setup(
+    info: WorktreeInfo, command: str, timeout_s: float, *, home: Path | None = None, nice: int = 0
+) -> SetupResult:
     """Run a setup command (copy .env, install deps) with /bin/sh -c inside the worktree.
 
     The command sees FLEET_REPO_ROOT, FLEET_WORKTREE and FLEET_BRANCH. It runs under a keeper
@@ -372,6 +374,7 @@ def run_setup(info: WorktreeInfo, command: str, timeout_s: float, *, home: Path 
         grace_s=2.0,
         merge_stderr=True,
         cap=_OUTPUT_CAP,
+        nice=nice,  # installing dependencies is the agents' work too (agent_nice)
     )
     text = r.stdout.decode("utf-8", errors="replace")
     if r.timed_out:

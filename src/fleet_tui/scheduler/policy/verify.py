@@ -52,6 +52,7 @@ def run_verifier(
     wrap: Callable[[list[str]], list[str]] | None = None,
     cancel: threading.Event | None = None,
     home: Path | None = None,
+    nice: int = 0,
 ) -> tuple[bool, str]:
     if v.kind == "run":
         argv = ["/bin/sh", "-c", v.run or "false"]
@@ -68,6 +69,7 @@ def run_verifier(
                 cancel=cancel,
                 home=home,
                 merge_stderr=True,
+                nice=nice,
             )
         except OSError as e:
             return False, f"could not run: {e}"
@@ -139,15 +141,17 @@ def run_verifiers(
     wrap: Callable[[list[str]], list[str]] | None = None,
     cancel: threading.Event | None = None,
     home: Path | None = None,
+    nice: int = 0,
 ) -> VerifyResult:
     """Run each verifier in order (blocking). Setting ``cancel`` stops the running one (its whole
-    process tree) and the rest: the result is then a failure the caller must not count."""
+    process tree) and the rest: the result is then a failure the caller must not count. Commands
+    run at niceness ``nice`` (the engine's ``agent_nice``: they are the agents' work)."""
     outputs: list[str] = []
     for v in specs:
         if cancel is not None and cancel.is_set():
             return VerifyResult(False, v.label, "\n".join([*outputs, "stopped during verification"]))
         t = v.timeout_min * 60 if v.timeout_min else timeout_s
-        ok, out = run_verifier(v, workdir, t, reviewer, wrap, cancel, home)
+        ok, out = run_verifier(v, workdir, t, reviewer, wrap, cancel, home, nice)
         outputs.append(f"== {v.label}: {'PASS' if ok else 'FAIL'}\n{out.strip()}")
         if not ok:
             return VerifyResult(False, v.label, "\n".join(outputs), failure_reason(v, out))

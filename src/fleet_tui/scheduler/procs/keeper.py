@@ -1,7 +1,8 @@
 """The keeper: hosts one helper command (setup, verifier, reviewer, merge) so it dies with its owner.
 
 Agents run under the shim; the other programs fleet-tui starts run under this smaller host
-(``python -I -m fleet_tui.scheduler.procs.keeper OWNER_PID GRACE PIDFILE UMASK -- ARGV``). It
+(``python -I -m fleet_tui.scheduler.procs.keeper OWNER_PID GRACE PIDFILE UMASK [NICE] -- ARGV``).
+It
 
 - asks the kernel for SIGTERM when the thread that started it dies (``PR_SET_PDEATHSIG``), and
   exits at once if its owner is already gone — a ``kill -9`` of the engine ends the helper's
@@ -11,6 +12,9 @@ Agents run under the shim; the other programs fleet-tui starts run under this sm
   killed (TERM the group and every descendant, wait the grace, KILL what is left, checking start
   times);
 - on SIGTERM (a cancel, a timeout, a shutdown or its owner's death) does exactly that, then exits;
+- with ``NICE`` above 0 (a verifier or a setup command: the agents' work, ``agent_nice``), runs the
+  command at that niceness, its session's scheduling group included, as the shim does an agent:
+  a test suite run as a verifier then leaves the cockpit its share of the CPU too;
 - records itself and the command (pid + start time) in ``PIDFILE`` while the command runs, so
   an engine that starts later can kill what a ``kill -9`` of the keeper itself left behind
   (``owned.reap_stale``).
@@ -31,9 +35,16 @@ from fleet_tui.scheduler.procs.attemptfiles import write_json
 
 class Keeper:
     def __init__(
-        self, owner: int, grace: float, pidfile: str, argv: list[str], umask: int | None = None
+        self,
+        owner: int,
+        grace: float,
+        pidfile: str,
+        argv: list[str],
+        umask: int | None = None,
+        nice: int = 0,
     ) -> None:
         self.owner = owner
+        self.nice = nice
         self.umask = umask
         self.grace = grace
         self.pidfile = pidfile
@@ -67,6 +78,9 @@ class Keeper:
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, on_term)
+        if self.nice > 0:  # the command inherits it; the keeper only waits
+            os.nice(self.nice)
+            proctree.set_autogroup_nice(self.pid, self.nice)  # our session: the command's too
         # fleet-tui's files are private; the command works with the user's own umask
         own_umask = os.umask(self.umask) if self.umask is not None else None
         try:
@@ -136,12 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         cut = args.index("--")
         owner, grace, pidfile = int(args[0]), float(args[1]), args[2]
         umask = int(args[3], 8) if cut > 3 and args[3] else None
+        nice = int(args[4]) if cut > 4 and args[4] else 0
     except (ValueError, IndexError):
-        print("usage: keeper OWNER_PID GRACE PIDFILE [UMASK] -- ARGV...", file=sys.stderr)
+        print("usage: keeper OWNER_PID GRACE PIDFILE [UMASK [NICE]] -- ARGV...", file=sys.stderr)
         return 2
     if not args[cut + 1 :]:
         return 2
-    return Keeper(owner, grace, pidfile, args[cut + 1 :], umask).run()
+    return Keeper(owner, grace, pidfile, args[cut + 1 :], umask, nice).run()
 
 
 if __name__ == "__main__":

@@ -64,12 +64,14 @@ def run_owned(
     merge_stderr: bool = False,
     cap: int = OUTPUT_CAP,
     own_umask: bool = False,
+    nice: int = 0,
 ) -> OwnedResult:
     """Run ``argv`` under a keeper and wait for it (blocking: call it from a worker thread, which
     stays alive while the program runs — the kernel's parent-death signal watches that thread).
 
     The program gets the user's umask, unless ``own_umask`` (a host such as the shim, whose own
-    files stay private and which sets the user's umask for what it starts).
+    files stay private and which sets the user's umask for what it starts), and runs at niceness
+    ``nice`` (its session's scheduling group too; 0 leaves it as it is).
 
     Raises OSError when the keeper cannot start (a missing ``cwd``)."""
     pidfile = ""
@@ -91,6 +93,7 @@ def run_owned(
         ""
         if own_umask
         else oct(user_umask()),  # fleet-tui's own files are private; the command's are the user's
+        str(max(0, nice)),
         "--",
         *argv,
     ]
