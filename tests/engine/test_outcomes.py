@@ -449,6 +449,14 @@ def test_reviewer_timeout_kills_its_whole_process_group(tmp_path: Path) -> None:
     _wait_group_gone(ran.host_pid)
 
 
+def test_an_agent_reviewer_runs_at_the_niceness_it_is_given(tmp_path: Path) -> None:
+    # a reviewer is an agent: it runs at agent_nice like the task's own agents
+    run_dir = tmp_path / "run"
+    sh = ("/bin/sh", "-c", "awk '{print $19}' /proc/self/stat")
+    ran = review_run(Invocation(sh, dict(os.environ), None, tmp_path, run_dir), 30.0, nice=7)
+    assert not ran.timed_out and (run_dir / STDOUT).read_bytes() == b"7\n"
+
+
 def _wait_group_gone(pgid: int) -> None:
     """SIGKILLed processes close their pipes a moment before the kernel marks them dead."""
     deadline = time.monotonic() + 3.0

@@ -146,7 +146,8 @@ class Reviewer:
         argv = self._sandboxed(argv, impl, workdir, adir, env)
         before = _fingerprint(workdir)
         saved = _Snapshot.take(workdir) if before is not None else None
-        ran = _run(Invocation(tuple(argv), env, stdin, workdir, adir), timeout_s, self.home, self.cancel)
+        inv = Invocation(tuple(argv), env, stdin, workdir, adir)
+        ran = _run(inv, timeout_s, self.home, self.cancel, nice=self.cfg.agent_nice)
         if ran.cancelled:
             raise ReviewerError(f"the {name} reviewer was stopped (the task was stopped)")
         if ran.timed_out:
@@ -199,11 +200,13 @@ def _run(
     timeout_s: float,
     home: Path | None = None,
     cancel: threading.Event | None = None,
+    nice: int = 0,
 ) -> Ran:
     """Run under a shim hosted by a keeper (``invoke.run``): on timeout or cancel, or when the
-    engine dies, its whole process tree is stopped (TERM, grace, KILL)."""
+    engine dies, its whole process tree is stopped (TERM, grace, KILL). The reviewer is an agent:
+    it runs at ``nice`` (``agent_nice``) as the task's agents do."""
     try:
-        ran = invoke.run(inv, timeout_s=timeout_s, cancel=cancel, home=home, grace_s=KILL_GRACE_S)
+        ran = invoke.run(inv, timeout_s=timeout_s, cancel=cancel, home=home, grace_s=KILL_GRACE_S, nice=nice)
     except OSError as e:
         raise ReviewerError(f"could not start the reviewer {inv.argv[0]!r}: {e}") from e
     if ran.exit is not None and ran.exit.reason == ExitReason.SPAWN_FAILED:

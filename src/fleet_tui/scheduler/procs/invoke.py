@@ -352,6 +352,7 @@ def run(
     cancel: threading.Event | None = None,
     home: Path | None = None,
     grace_s: float = 5.0,
+    nice: int = 0,
 ) -> Ran:
     """Run ``inv`` under a shim hosted by a keeper and wait for it (blocking: call it from a
     worker thread). Its whole tree is stopped on a timeout, on ``cancel`` and when this process
@@ -359,7 +360,7 @@ def run(
 
     Raises OSError when the keeper cannot start (a missing working directory)."""
     far = (timeout_s if timeout_s is not None else 24 * 3600.0) + grace_s + 60.0
-    args = shim_command(inv, grace_s, time.time() + far)
+    args = shim_command(inv, grace_s, time.time() + far, nice)  # the agent (and its session) niced
     r = run_owned(
         [sys.executable, "-I", "-S", "-c", SHIM_BOOT, *args],
         cwd=inv.workdir,
