@@ -193,7 +193,8 @@ class StreamLog(RichLog):
             self._pass_style = None
 
     def render_line(self, y: int) -> Strip:
-        """``RichLog.render_line`` with the pass's style (the same strips, drawn alike)."""
+        """``RichLog.render_line`` with the pass's style: the same strips, drawn alike (textual is
+        pinned in pyproject.toml: this follows its ``RichLog.render_line`` and ``_render_line``)."""
         style = self._pass_style or self.rich_style
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
