@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 
 from fleet_tui.config import Config
 from fleet_tui.scheduler.engine import Engine
-from fleet_tui.scheduler.model import Decision, Task, TaskSpec
+from fleet_tui.scheduler.model import Decision, Snapshot, Task, TaskSpec
 from fleet_tui.scheduler.planner import Planner, gate_config, headroom_key, settled
 from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, decide, effective_load, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
@@ -415,6 +416,37 @@ def test_dependencies_are_one_batch_query_and_follow_changes(stores: Callable[[]
     p.invalidate()
     decisions = {t.name: d for t, d in p.plan()}
     assert "c000" not in decisions and decisions["c001"].ok and decisions["c002"].reason == "after c001"
+
+
+class WalkedTasks(tuple[Task, ...]):
+    """A snapshot's tasks that count the walks over them."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[Task]:
+        type(self).walks += 1
+        return super().__iter__()
+
+
+def test_a_runners_question_check_does_not_walk_the_queue(
+    stores: Callable[[], SqliteStore], tmp_path: Path
+) -> None:
+    """Every runner asks on every poll whether its task waits on a person (a stall does not count
+    then): the answer comes from the ids gathered once per snapshot, not from a walk over every
+    task of the queue on each ask."""
+    store = stores()
+    store.add_tasks([TaskSpec(name=f"t{i:03d}", prompt="x") for i in range(300)], time.time())
+    tasks = store.list_tasks()
+    engine = Engine(store, tmp_path, config())
+    asked = replace(tasks[7], asking=True)
+    snap = Snapshot(taken_at=time.time(), tasks=WalkedTasks([*tasks[:7], asked, *tasks[8:]]))
+    engine._snapshot = snap
+    WalkedTasks.walks = 0
+    for _ in range(100):
+        assert engine._asking(asked.id) and not engine._asking(tasks[8].id)
+    assert WalkedTasks.walks == 1
+    engine._snapshot = replace(snap, tasks=WalkedTasks(tasks))  # a new snapshot: asked again
+    assert not engine._asking(asked.id) and WalkedTasks.walks == 2
 
 
 def test_the_next_time_based_gate_is_a_deadline(stores: Callable[[], SqliteStore]) -> None:

