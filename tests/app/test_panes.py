@@ -299,12 +299,18 @@ async def test_the_stream_is_filled_after_the_cursor_is_drawn_and_only_where_it_
         await wait_for(pilot, lambda: app.stream.task_id == "t-0004" and not app.stream.filling, "first fill")
         reads.clear()
         drawn = app.queue.lines_drawn
-        app.queue.select_id("t-0003")  # passed over in the same turn of the loop ...
-        app.queue.select_id("t-0002")  # ... as the row the cursor rests on
+        app.queue.select_id("t-0002")
         await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and not app.stream.filling, "fill")
         assert [ref for ref, _ in reads] == ["t-0002"]
         assert reads[0][1] > drawn, "the stored events were read before the cursor's row was drawn"
         assert len(app.stream.lines) == 10
+        # a key held down: the stream follows row after row within one turn of the loop
+        reads.clear()
+        for ref in ("t-0003", "t-0004", "t-0002"):
+            app.stream.follow(ref, lambda ref=ref: events(ref, None, 200))  # type: ignore[misc]
+        await wait_for(pilot, lambda: not app.stream.filling, "the last fill")
+        assert [ref for ref, _ in reads] == ["t-0002"]
+        assert app.stream.task_id == "t-0002" and len(app.stream.lines) == 10
 
 
 async def test_gauges_and_notice_events() -> None:
