@@ -254,7 +254,7 @@ class EngineThread:
         return await self._there(lambda: self.inner.set_config(key, value))
 
     # the stored reads go from the caller's loop straight to a worker thread of its own: through
-    # the engine's loop, each waited for that loop to take the answer back (30-60 ms under 32
+    # the engine's loop, each waited for that loop to take the answer back (10-60 ms under 32
     # loud agents, most of a stream fill's time)
     async def events(self, ref: str, attempt: int | None = None, limit: int = 2000) -> list[Event]:
         return await asyncio.to_thread(self.inner.stored_events, ref, attempt, limit)

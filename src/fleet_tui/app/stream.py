@@ -182,30 +182,19 @@ class StreamLog(RichLog):
         if strips:
             self._append(strips)
 
+    @property
+    def rich_style(self) -> Style:
+        """The widget's style: during a redraw, the one read when it began. ``RichLog`` asks for
+        it twice on every line it draws, and each ask walks the styles of every ancestor (a third
+        of a scrolling pane's redraw); it cannot change within one pass."""
+        return self._pass_style if self._pass_style is not None else super().rich_style
+
     def render_lines(self, crop: Region) -> list[Strip]:
-        # ``RichLog`` asks for the widget's style on every line it draws, and each ask walks the
-        # styles of every ancestor: a third of a scrolling pane's redraw. It is the same for the
-        # whole pass, so it is read once here.
         self._pass_style = self.rich_style
         try:
             return super().render_lines(crop)
         finally:
             self._pass_style = None
-
-    def render_line(self, y: int) -> Strip:
-        """``RichLog.render_line`` with the pass's style: the same strips, drawn alike (textual is
-        pinned in pyproject.toml: this follows its ``RichLog.render_line`` and ``_render_line``)."""
-        style = self._pass_style or self.rich_style
-        scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
-        y += scroll_y
-        if y >= len(self.lines):
-            return Strip.blank(width, style).apply_style(style)
-        key = (y + self._start_line, scroll_x, width, self._widest_line_width)
-        line = self._line_cache.get(key)
-        if line is None:
-            line = self._line_cache[key] = self.lines[y].crop_extend(scroll_x, scroll_x + width, style)
-        return line.apply_style(style)
 
     def _strip(self, line: Text) -> Strip:
         """One event line (no newline: ``event_line`` folds them) as the strip ``write`` makes."""
