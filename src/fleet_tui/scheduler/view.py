@@ -9,6 +9,7 @@ a task). It runs no agent and holds no process.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -43,20 +44,17 @@ from fleet_tui.scheduler.states import ACTIVE
 from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.protocol import Store
 
-_last_midnight: tuple[int, float] = (-1, 0.0)
-
 
 def midnight(now: float) -> float:
-    """The local midnight that began ``now``'s day. Kept for the minute it was asked in (a day
-    starts on a whole minute in every time zone): the planner asks on every plan."""
-    global _last_midnight
-    minute = int(now // 60)
-    if _last_midnight[0] == minute:
-        return _last_midnight[1]
-    lt = time.localtime(now)
-    value = time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
-    _last_midnight = (minute, value)
-    return value
+    """The local midnight that began ``now``'s day. Worked out once per minute (a day starts on a
+    whole minute in every time zone): the planner asks on every plan."""
+    return _midnight_of(int(now // 60))
+
+
+@functools.lru_cache(maxsize=1)
+def _midnight_of(minute: int) -> float:
+    lt = time.localtime(minute * 60)
+    return time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, 0, 0, 0, 0, 0, -1))
 
 
 class TaskMirror:
