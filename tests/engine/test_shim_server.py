@@ -85,10 +85,12 @@ def test_a_forked_shim_outlives_its_server_and_stops_on_request(tmp_path: Path) 
     try:
         assert isinstance(p, ForkedShim)
         _wait(lambda: "agent_pid" in (read_json(adir / "shim.json") or {}), "the agent")
-        assert os.getsid(p.pid) == p.pid  # a session of its own: terminal signals miss it
         server = pool.server
+        assert server is not None
+        # outside our session and process group (a terminal's signals miss it), in the server's
+        assert os.getpgid(p.pid) == p.pid and os.getsid(p.pid) == server.pid != os.getsid(0)
         pool.close()  # the engine goes away: its server exits, the shim and its agent stay
-        assert server is not None and server.poll() is not None
+        assert server.poll() is not None
         assert p.poll() is None
         os.kill(p.pid, 15)  # a stop request: the shim stops its agent and records why
         _wait(lambda: p.poll() is not None, "the shim to stop")
@@ -125,15 +127,15 @@ def _waiting_shims(pool: ShimPool) -> set[int]:
 
 
 def test_the_server_forks_shims_ahead_and_they_go_with_the_server(tmp_path: Path) -> None:
-    """A job costs a pipe write: the shim that takes it was forked (in a session of its own)
-    before the job came. Without a job, a waiting shim ends with its server: nothing is left."""
+    """A job costs a pipe write: the shim that takes it was forked (in a process group of its
+    own) before the job came. Without a job, a waiting shim ends with its server: nothing is left."""
     import psutil
 
     pool = ShimPool()
     pool.fill()
     try:
         ahead = _waiting_shims(pool)
-        assert all(os.getsid(pid) == pid for pid in ahead)
+        assert all(os.getpgid(pid) == pid for pid in ahead)
         adir = tmp_path / "a"
         p = spawn_shim(adir, tmp_path, ["true"], _env(), None, 1.0, time.time() + 60, pool=pool)
         assert p.pid in ahead  # the job went to a shim forked before it
@@ -196,19 +198,41 @@ def test_a_pooled_shim_closes_its_done_pipe_after_its_exit_record(tmp_path: Path
 
 
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no session scheduling groups here")
-def test_a_niced_agent_gets_its_sessions_scheduling_group_niced_too(tmp_path: Path) -> None:
-    # where sessions are scheduling groups (autogroup), a process's own niceness only weighs
-    # inside its session: the agent's session must be niced as a group as well
+def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> None:
+    """Where sessions are scheduling groups (autogroup), the CPU is shared between sessions
+    first and a process's own niceness only weighs inside its session. Every agent of a pool is
+    in one session (the server's), in a process group of its own, and that group is niced: the
+    whole fleet weighs as one niced program against ours, however many agents run."""
     pool = ShimPool()
     pool.fill()
     try:
-        adir = tmp_path / "a"
-        cmd = "cat /proc/self/autogroup; awk '{print $19}' /proc/$$/stat"
-        argv = ["sh", "-c", cmd]
-        p = spawn_shim(adir, tmp_path, argv, _env(), None, 5.0, time.time() + 60, pool=pool, nice=7)
-        _wait(lambda: p.poll() is not None, "the agent to end")
-        group, own = (adir / "stdout.jsonl").read_text().split("\n")[:2]
+        cmd = "cat /proc/self/autogroup; awk '{print $19, $5, $6}' /proc/$$/stat; sleep 60"
+        shims = []
+        for name in ("a", "b", "c"):
+            adir = tmp_path / name
+            p = spawn_shim(
+                adir, tmp_path, ["sh", "-c", cmd], _env(), None, 0.5, time.time() + 60, pool=pool, nice=7
+            )
+            shims.append((adir, p))
+        for adir, _ in shims:
+            _wait(lambda adir=adir: len(_text(adir / "stdout.jsonl").splitlines()) == 2, "the agent's lines")
+        seen = [(adir / "stdout.jsonl").read_text().splitlines() for adir, _ in shims]
+        groups = {group for group, _ in seen}
+        assert len(groups) == 1, groups  # one scheduling group for the three of them
+        (group,) = groups
         assert group.endswith(" nice 7"), group
-        assert own.strip() == "7"
+        assert group != Path("/proc/self/autogroup").read_text().strip()  # not ours
+        for (adir, _), (_, own) in zip(shims, seen, strict=True):
+            nice, pgrp, sid = (int(x) for x in own.split())
+            shim = read_json(adir / "shim.json")
+            assert shim is not None
+            assert nice == 7
+            # each agent a process group of its own: a kill or a pause hits it alone
+            assert pgrp == shim["agent_pid"]
+            assert pool.server is not None and sid == pool.server.pid
     finally:
+        for _, p in shims:
+            os.kill(p.pid, 15)
+        for _, p in shims:
+            _wait(lambda p=p: p.poll() is not None, "the shim to stop")
         pool.close()

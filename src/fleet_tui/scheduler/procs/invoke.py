@@ -6,8 +6,9 @@ fences it with the ``lease`` file and kills its whole tree. ``Invocation`` is wh
 environment, stdin, working directory, attempt directory); ``shim_command`` prepares the attempt
 directory and builds the shim's command line. It is then started one of two ways:
 
-- ``start``: an attempt. The shim runs detached, in its own session (from a pool of warm shims
-  when there is one), so it outlives a crashed engine that a restarted one adopts it back from.
+- ``start``: an attempt. The shim runs detached (forked by a pool's server, in the server's
+  session: the fleet's one scheduling group; without a server, in a session of its own), so it
+  outlives a crashed engine that a restarted one adopts it back from.
 - ``run``: a reviewer (or any one-off run whose result is waited for). The same shim is hosted by
   a keeper (owned.py), so it dies with its owner, on a timeout or on a cancel; the call blocks
   until it ended and returns what the shim recorded.
@@ -175,7 +176,13 @@ class ShimPool:
     first steps happen while the agents run; a new interpreter would cost ten or more, in CPU as
     much as in time). When this process dies the socket and the pipes close: the server and its
     waiting shims exit, the shims that took a job live on. When the server is gone,
-    ``spawn_shim`` starts the shim directly."""
+    ``spawn_shim`` starts the shim directly.
+
+    The server runs in a session of its own, and its shims and their agents stay in it (each in
+    a process group of its own): where the kernel shares the CPU between sessions first
+    (autogroup), the whole fleet is one scheduling group, niced to the agents' niceness, and
+    weighs against the cockpit and the user's other programs as one program, not one per
+    agent."""
 
     AHEAD = 2  # shims forked ahead of their jobs: slots freed together need not wait for a fork
     ANSWER_S = 60.0  # no waiting shim from the server, or no job read by one, within this: given up
@@ -320,8 +327,9 @@ def start(
     pool: ShimPool | None = None,
     nice: int = 0,
 ) -> ShimProcess:
-    """Start an attempt's shim in its own session (forked by the pool's server when there is
-    one); it survives this process, which renews its lease while it supervises it."""
+    """Start an attempt's shim away from this process's session (forked by the pool's server,
+    in the server's session, when there is one; else in a session of its own); it survives this
+    process, which renews its lease while it supervises it."""
     args = shim_command(inv, grace_s, lease_deadline, nice)
     env = dict(inv.env)
     forked = pool.spawn(args, env) if pool is not None else None

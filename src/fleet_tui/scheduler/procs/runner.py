@@ -81,8 +81,8 @@ def spawn_shim(
     nice: int = 0,
     stdin_file: Path | None = None,
 ) -> ShimProcess:
-    """Start the shim for an attempt in its own session (``invoke.start``); it survives this
-    process. ``stdin_file``: a file that already holds ``stdin_bytes``."""
+    """Start the shim for an attempt away from this process's session (``invoke.start``); it
+    survives this process. ``stdin_file``: a file that already holds ``stdin_bytes``."""
     inv = Invocation(tuple(argv), env, stdin_bytes, workdir, attempt_dir, stdin_file)
     return invoke.start(inv, grace_s=grace_s, lease_deadline=lease_deadline, pool=pool, nice=nice)
 

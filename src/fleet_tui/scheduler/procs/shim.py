@@ -1,11 +1,16 @@
 """The per-attempt agent host process: it owns the agent so nothing is ever orphaned.
 
 The supervisor starts one shim per attempt (``python -I shim.py --dir ATTEMPT_DIR ... -- ARGV``)
-in its own session, so the shim outlives a supervisor that crashes. The shim:
+away from its own session and process group (forked by the pool's server, in the server's
+session; or, without a server, in a session of its own), so the shim outlives a supervisor that
+crashes and a terminal's signals miss it. The shim:
 
 - makes itself a child subreaper, so grandchildren that escape with ``setsid`` are re-parented
   to it and can still be found and killed;
-- starts the agent in a new session (its own process group), stdin from a file or /dev/null;
+- starts the agent in a process group of its own, stdin from a file or /dev/null, in the shim's
+  session: every agent forked through one server shares that session, and so the kernel's
+  scheduling group for it (autogroup), niced to the agents' niceness: a fleet weighs against the
+  user's other programs as one niced program, not as one full share per agent;
 - writes the agent's raw stdout to ``stdout.jsonl`` and stderr to ``stderr.log`` (never lost,
   can be re-normalized) and, at the end, its exit status to ``exit.json`` (atomically);
 - on SIGTERM (a stop request) sends SIGTERM to the agent's group, waits the grace period,
@@ -107,7 +112,8 @@ class Shim:
         in_fd = os.open(self.stdin_file or os.devnull, os.O_RDONLY)
         try:
             # posix_spawn (vfork+exec) is several times faster than fork+exec from Python; the
-            # agent gets its own session, default signal handlers and the shim's cwd.
+            # agent gets a process group of its own (in the shim's session: the fleet's one
+            # scheduling group), default signal handlers and the shim's cwd.
             os.chdir(self.cwd)
             if self.nice > 0:  # the agent inherits it; the shim only waits
                 os.nice(self.nice)
@@ -122,7 +128,7 @@ class Shim:
                     (os.POSIX_SPAWN_DUP2, out_fd, 1),
                     (os.POSIX_SPAWN_DUP2, err_fd, 2),
                 ],
-                setsid=True,
+                setpgroup=0,
                 setsigdef=(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE),
             )
             if own_umask is not None:
@@ -137,8 +143,8 @@ class Shim:
         os.close(out_fd)
         os.close(err_fd)
         self.agent_pid = pid
-        if self.nice > 0:  # its session's scheduling group too, where the kernel has them
-            proctree.set_autogroup_nice(pid, self.nice)
+        if self.nice > 0:  # its session's scheduling group too (the fleet's, shared by every
+            proctree.set_autogroup_nice(pid, self.nice)  # agent of the server), if there are any
         if self.lease_file and self.lease_until is not None:  # the first lease: after the agent
             files.first_lease(self.lease_file, self.lease_until)
         # the exit record's space, set aside before the agent could have filled the disk (it
@@ -365,9 +371,10 @@ def _log_failure(attempt_dir: str) -> None:
 
 def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
     """A shim forked ahead of its job: ``(pid, start ticks, write end of its job pipe, read end
-    of its done pipe)``. It sets itself up at once (a session of its own, the server's signals
-    and files let go) and waits for one job on the pipe; a pipe closed without one (the server
-    went away) ends it. It closes the done pipe once its exit record is written."""
+    of its done pipe)``. It sets itself up at once (a process group of its own in the server's
+    session, the server's signals and files let go) and waits for one job on the pipe; a pipe
+    closed without one (the server went away) ends it. It closes the done pipe once its exit
+    record is written."""
     job_r, job_w = os.pipe()
     done_r, done_w = os.pipe()  # not inherited by the agent (close-on-exec)
     pid = os.fork()
@@ -376,7 +383,9 @@ def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
         try:
             os.close(job_w)
             os.close(done_r)
-            os.setsid()
+            # a group of its own (nothing that signals the server's group reaches it), but the
+            # server's session: one scheduling group for the whole fleet (see the docstring)
+            os.setpgid(0, 0)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(wake_r)
