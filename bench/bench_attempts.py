@@ -8,6 +8,13 @@ gates as a user gets them; ``--gate-off`` lifts the load gate to tell its share 
 and shut-down of the process, measured in the same run). For `sleep 0.1` it prints the
 throughput ratio xargs_time / fleet_time (1.0 = as fast as xargs; goal >= 0.9).
 
+Every fleet home and the file-cost probe's files are kept until the last figure is measured, and
+deleted together at the end. On a journal-less ext4 (this development machine's) a file deleted
+less than about 30 s ago makes every new file dearer: the kernel skips such inodes one by one,
+reading the inode table to find them. Deleting each run's home as it ended made the next run pay
+for the last one's ~1,800 files (12-16x instead of 11-12x for the same code); a user's fleet
+deletes nothing while it runs.
+
     python bench/bench_attempts.py [--tasks 200] [--concurrency 4] [--only true|sleep] [--gate-off]
 """
 
@@ -40,49 +47,47 @@ def xargs(command: str, n: int, p: int) -> tuple[float, float]:
     return time.perf_counter() - t0, cpu_children() - c0
 
 
-def fleet(command: str, n: int, p: int, gate_off: bool) -> tuple[float, float]:
+def fleet(command: str, n: int, p: int, gate_off: bool, scratch: Path) -> tuple[float, float]:
     """(seconds, CPU seconds) for `run --until-idle` to drain n tasks of `command` (loading them
-    is not counted); the CPU is the engine's and its shims'."""
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        home = tmp / "home"
-        home.mkdir()  # no config.toml: the defaults
-        if gate_off:
-            (home / "config.toml").write_text("max_load_per_core = 1000.0\n")
-        lines = ["[defaults]", 'coder = "shell"', f'command = "{command}"', ""]
-        for i in range(n):
-            lines += ["[[task]]", f'name = "b{i:04d}"', 'prompt = "x"', ""]
-        (tmp / "t.toml").write_text("\n".join(lines))
-        env = dict(os.environ, FLEET_HOME=str(home))
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed fleet-tui has its bytecode cached
-        subprocess.run([*FLEET, "load", str(tmp / "t.toml")], check=True, env=env, capture_output=True)
-        c0, t0 = cpu_children(), time.perf_counter()
-        run = [*FLEET, "run", "--until-idle", "--max-concurrent", str(p)]
-        try:
-            subprocess.run(run, check=True, env=env, capture_output=True, timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"  warning: stopped after {TIMEOUT_S:.0f} s (a gate held? `fleet-tui plan` says why)")
-        secs, cpu = time.perf_counter() - t0, cpu_children() - c0
-        out = subprocess.run(
-            [*FLEET, "status", "--json"], check=True, env=env, capture_output=True, text=True
-        )
-        done = sum(
-            1 for t in json.loads(out.stdout or "[]") if isinstance(t, dict) and t.get("status") == "done"
-        )
-        if n and done != n:
-            print(f"  warning: {done}/{n} tasks done", file=sys.stderr)
+    is not counted); the CPU is the engine's and its shims'. The home is made in ``scratch``
+    and left there (see the module's docstring)."""
+    tmp = Path(tempfile.mkdtemp(dir=scratch))
+    home = tmp / "home"
+    home.mkdir()  # no config.toml: the defaults
+    if gate_off:
+        (home / "config.toml").write_text("max_load_per_core = 1000.0\n")
+    lines = ["[defaults]", 'coder = "shell"', f'command = "{command}"', ""]
+    for i in range(n):
+        lines += ["[[task]]", f'name = "b{i:04d}"', 'prompt = "x"', ""]
+    (tmp / "t.toml").write_text("\n".join(lines))
+    env = dict(os.environ, FLEET_HOME=str(home))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed fleet-tui has its bytecode cached
+    subprocess.run([*FLEET, "load", str(tmp / "t.toml")], check=True, env=env, capture_output=True)
+    c0, t0 = cpu_children(), time.perf_counter()
+    run = [*FLEET, "run", "--until-idle", "--max-concurrent", str(p)]
+    try:
+        subprocess.run(run, check=True, env=env, capture_output=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        print(f"  warning: stopped after {TIMEOUT_S:.0f} s (a gate held? `fleet-tui plan` says why)")
+    secs, cpu = time.perf_counter() - t0, cpu_children() - c0
+    out = subprocess.run([*FLEET, "status", "--json"], check=True, env=env, capture_output=True, text=True)
+    done = sum(1 for t in json.loads(out.stdout or "[]") if isinstance(t, dict) and t.get("status") == "done")
+    if n and done != n:
+        print(f"  warning: {done}/{n} tasks done", file=sys.stderr)
     return secs, cpu
 
 
-def file_cost_us(n: int = 500) -> float:
-    """CPU microseconds to make one new file beside the fleet's home (an attempt makes about
-    nine files and folders; on a journal-less ext4 one costs ~140 us, on tmpfs ~2 us): what this
-    machine's file system adds to every attempt, printed beside the figures it explains."""
-    with tempfile.TemporaryDirectory() as d:
-        c0 = time.process_time()
-        for i in range(n):
-            os.close(os.open(os.path.join(d, f"f{i}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        return (time.process_time() - c0) / n * 1e6
+def file_cost_us(scratch: Path, n: int = 200) -> float:
+    """CPU microseconds to make one new file beside the fleet's homes (an attempt makes about
+    nine files and folders; on a journal-less ext4 one costs 17-450 us, on tmpfs ~2 us): what
+    this machine's file system adds to every attempt, printed beside the figures it explains.
+    The files stay in ``scratch`` until the end: deleted now, they would make the runs measured
+    next dearer (the module's docstring)."""
+    d = tempfile.mkdtemp(dir=scratch)
+    c0 = time.process_time()
+    for i in range(n):
+        os.close(os.open(os.path.join(d, f"f{i}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    return (time.process_time() - c0) / n * 1e6
 
 
 def main() -> None:
@@ -96,10 +101,17 @@ def main() -> None:
     config = "load gate lifted" if args.gate_off else "default config"
     load = os.getloadavg()[0]
     print(f"tasks={n} concurrency={p} ({config}); load average {load:.1f} on {os.cpu_count()} cores")
-    print(f"a new file here costs {file_cost_us():.0f} us of CPU (an attempt makes about nine)")
+    with tempfile.TemporaryDirectory() as d:  # every home and probe file, deleted at the end
+        measure(args, n, p, Path(d))
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def measure(args: argparse.Namespace, n: int, p: int, scratch: Path) -> None:
+    cost = file_cost_us(scratch)
+    print(f"a new file here costs {cost:.0f} us of CPU (an attempt makes about nine)")
     if args.only in (None, "true"):
-        empty, empty_cpu = fleet("true", 0, p, args.gate_off)
-        (x, x_cpu), (f, f_cpu) = xargs("true", n, p), fleet("true", n, p, args.gate_off)
+        empty, empty_cpu = fleet("true", 0, p, args.gate_off, scratch)
+        (x, x_cpu), (f, f_cpu) = xargs("true", n, p), fleet("true", n, p, args.gate_off, scratch)
         per, net = (f - x) / n * p * 1000, (f - empty - x) / n * p * 1000
         print(f"{n} x true      : fleet {f:6.2f} s, xargs {x:5.2f} s: {f / x:5.1f}x xargs (goal <= 10x)")
         print(f"                  overhead {per:5.1f} ms per attempt per slot (goal <= 15 ms);")
@@ -108,11 +120,10 @@ def main() -> None:
         print(f"                  CPU {cpu:5.1f} ms per attempt beyond xargs' (engine and shims; empty run")
         print(f"                  {empty_cpu:.2f} s, xargs {x_cpu / n * 1000:.1f} ms per command)")
     if args.only in (None, "sleep"):
-        (x, _), (f, _) = xargs("sleep 0.1", n, p), fleet("sleep 0.1", n, p, args.gate_off)
+        (x, _), (f, _) = xargs("sleep 0.1", n, p), fleet("sleep 0.1", n, p, args.gate_off, scratch)
         ratio = x / f
         print(f"{n} x sleep 0.1 : fleet {f:6.2f} s, xargs {x:5.2f} s: ratio xargs/fleet {ratio:.2f}", end="")
         print(" (goal >= 0.9)")
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
