@@ -143,8 +143,10 @@ class Shim:
         os.close(out_fd)
         os.close(err_fd)
         self.agent_pid = pid
-        if self.nice > 0:  # its session's scheduling group too (the fleet's, shared by every
-            proctree.set_autogroup_nice(pid, self.nice)  # agent of the server), if there are any
+        # its session's scheduling group too, where the kernel has them: the fleet's, shared by
+        # every agent of the server
+        if self.nice > 0:
+            proctree.set_autogroup_nice(pid, self.nice)
         if self.lease_file and self.lease_until is not None:  # the first lease: after the agent
             files.first_lease(self.lease_file, self.lease_until)
         # the exit record's space, set aside before the agent could have filled the disk (it
