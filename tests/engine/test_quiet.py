@@ -199,6 +199,37 @@ async def test_a_change_by_another_process_wakes_the_engine_at_once(
         tg.cancel_scope.cancel()
 
 
+async def test_the_engine_counts_its_slots_on_its_own_loop_only(
+    tmp_path: Path, stores: Callable[[], SqliteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slots an engine's agents hold are counted by walking its runners, which its loop adds
+    and removes: a plan on a worker thread that counted them itself could walk them mid-change
+    ("dictionary changed size during iteration", seen ending an engine of a three-host test). The
+    count is taken on the loop and handed over; it is never taken on another thread."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store = stores()
+    store.add_tasks([spec(f"t{i:02d}") for i in range(24)], time.time())
+    engine = Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
+    counted_on: set[str] = set()
+    count = Engine.slots_taken
+
+    def slots_taken(self: Engine) -> int:
+        counted_on.add(threading.current_thread().name)
+        return count(self)
+
+    monkeypatch.setattr(Engine, "slots_taken", slots_taken)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while any(t.status != S.DONE for t in store.list_tasks()):
+                await anyio.sleep(0.05)
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()
+    assert engine.planner.reads >= 1  # plans that read the store ran on a worker thread
+    assert counted_on == {threading.current_thread().name}, counted_on
+
+
 # -- the store's change token ------------------------------------------------------------------
 def test_the_change_token_moves_for_other_connections_only(stores: Callable[[], SqliteStore]) -> None:
     a, b = stores(), stores()

@@ -410,7 +410,8 @@ class Engine(Controller):
         decided = self.planner.plan_from_memory(admitting)  # no thread hand-over for it
         if decided is not None:
             return decided
-        return await anyio.to_thread.run_sync(self.planner.plan, admitting)
+        # the slots are counted here, on the loop that starts and ends the runners they count
+        return await anyio.to_thread.run_sync(self.planner.plan, admitting, self.slots_taken())
 
     async def _admit(self) -> bool:
         if self._stopping:
@@ -575,7 +576,8 @@ class Engine(Controller):
         """The attempts that hold a slot (``max_concurrent``): every one being started, every
         live agent, and an ended one while its verifiers may still run. A task without verifiers
         lets go of its slot the moment its agent ends, so the next agent starts while its
-        verdict is written."""
+        verdict is written. Count them on the engine's loop only: it walks the runners the loop
+        adds and removes (``plan`` hands the count to the planner's thread)."""
         return len(self._starting) + sum(1 for r in self.runners.values() if not r.released)
 
     async def _supervise(self, r: Running, launch: Launch) -> None:
@@ -728,7 +730,8 @@ class Engine(Controller):
         if self._hk_n % 60 == 0:
             await anyio.to_thread.run_sync(self.store.maintenance)
 
-    def _host_row(self, now: float) -> Host:
+    def _host_row(self, now: float, running: int) -> Host:
+        """This host's row (``running``: ``slots_taken``, counted on the loop)."""
         h = self._headroom
         return Host(
             name=self.host,
@@ -737,7 +740,7 @@ class Engine(Controller):
             load=h.load_per_core if h else None,
             mem_available=h.mem_available if h else None,
             disk_free=h.disk_free if h else None,
-            running=self.slots_taken(),
+            running=running,
             tags=self.tags,
             version=__version__,
         )
@@ -783,13 +786,14 @@ class Engine(Controller):
         report = full or time.monotonic() - self._reported_at >= self.cfg.heartbeat_s
         if report:
             self._reported_at = time.monotonic()
+        running = self.slots_taken()  # here: ``work`` may run on a worker thread
 
         def work() -> Snapshot:
             now = self.clock()
             h = self._headroom
             if report:
                 self.series.save(self.store, now)
-                self.store.upsert_host(self._host_row(now))
+                self.store.upsert_host(self._host_row(now, running))
             if not full:  # nothing changed: the machine's figures and the pulse, no store read
                 g = dataclasses.replace(
                     self._snapshot.gauges,

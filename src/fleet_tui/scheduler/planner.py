@@ -23,7 +23,10 @@ it, or the clock passed the earliest time-based gate (``next_at``: a backoff's `
 a rate-limit reset, the budget's new day). So an idle engine does no store reads at all.
 
 The Planner is synchronous (store calls): the engine calls it through ``anyio.to_thread``. It
-takes what it needs as values and callables, never the Engine.
+takes what it needs as values and callables, never the Engine. The one input that is the
+engine's own mutable state, how many slots its agents hold, is counted on the engine's loop and
+handed to ``plan`` as a number: counted on the planning thread, it walked the engine's runners
+while the loop added and removed them.
 """
 
 from __future__ import annotations
@@ -214,13 +217,14 @@ class Planner:
     def gate_config(self) -> GateConfig:
         return gate_config(self._config())
 
-    def headroom_key(self, h: Headroom | None) -> tuple[Any, ...]:
-        """``headroom_key`` for this engine's queue and config."""
+    def headroom_key(self, h: Headroom | None, running: int | None = None) -> tuple[Any, ...]:
+        """``headroom_key`` for this engine's queue and config (``running``: as for ``plan``)."""
         cfg = self._config()
         named = self._view.coders if self._view is not None else frozenset()
         coders = {c or cfg.default_coder for c in named}
         need = max((self._mem.estimate(c) for c in coders), default=0)
-        return headroom_key(h, gate_config(cfg), need, max(0, cfg.max_concurrent - self._running()))
+        taken = self._running() if running is None else running
+        return headroom_key(h, gate_config(cfg), need, max(0, cfg.max_concurrent - taken))
 
     # -- reading -------------------------------------------------------------------------------
     def needs_read(self) -> bool:
@@ -349,11 +353,13 @@ class Planner:
         self._held.pop(tid, None)
 
     # -- deciding ------------------------------------------------------------------------------
-    def plan(self, admitting: bool = False) -> Plan:
+    def plan(self, admitting: bool = False, running: int | None = None) -> Plan:
         """Every queued task with its decision, in claim order; starts nothing. ``admitting``:
-        the caller starts the admitted tasks at once (their slots read as taken, not starting)."""
+        the caller starts the admitted tasks at once (their slots read as taken, not starting).
+        ``running``: the slots taken, counted by the caller where they are kept (the planner's
+        ``running`` callable when None: only on the thread that changes them)."""
         with self._lock:
-            return self._plan(self._refresh(self._clock()), admitting)
+            return self._plan(self._refresh(self._clock()), admitting, running)
 
     def plan_from_memory(self, admitting: bool = False) -> Plan | None:
         """``plan`` when it needs no store read and no other thread is planning (it never
@@ -368,16 +374,17 @@ class Planner:
         finally:
             self._lock.release()
 
-    def _plan(self, view: QueueView, admitting: bool) -> Plan:
+    def _plan(self, view: QueueView, admitting: bool, running: int | None = None) -> Plan:
         """The decisions on ``view`` (the caller holds ``self._lock``)."""
         now = self._clock()
         cfg = self._config()
         gcfg = gate_config(cfg)
         head = self._headroom()
-        running = self._running()
+        if running is None:
+            running = self._running()
         claiming = frozenset(self._claiming)
         key = (
-            view.generation, claiming, running, gcfg, cfg.default_coder, self.headroom_key(head),
+            view.generation, claiming, running, gcfg, cfg.default_coder, self.headroom_key(head, running),
             admitting,
         )  # fmt: skip
         if key == self._last_key and (self._next_at is None or now < self._next_at):
