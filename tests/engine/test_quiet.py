@@ -594,3 +594,54 @@ def test_a_store_command_does_not_load_the_event_loop_machinery() -> None:
     code += "print('asyncio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_an_agents_end_that_nothing_waits_on_is_planned_without_a_store_read(
+    tmp_path: Path, stores: Callable[[], SqliteStore]
+) -> None:
+    """24 independent tasks at concurrency 4: each agent's end frees a slot and writes its
+    task's verdict, but no queued task waits on it, so the next start is planned from what the
+    planner holds. The store's queue is read at the start, not once per agent (it was: 24+)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store = stores()
+    store.add_tasks([spec(f"t{i:02d}") for i in range(24)], time.time())
+    engine = Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while any(t.status != S.DONE for t in store.list_tasks()):
+                await anyio.sleep(0.05)
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()
+    assert engine.planner.reads <= 3, engine.planner.reads
+
+
+def test_an_ended_task_asks_for_a_read_only_when_something_waits_on_it(
+    stores: Callable[[], SqliteStore],
+) -> None:
+    """``affected_by``: a task queued again, or one a queued task waits on, needs the store
+    read again; an ended task nothing waits on does not. The holds stay right as dependents
+    come and go."""
+    inner = stores()
+    inner.add_tasks([spec("a"), spec("b", depends_on=["a"]), spec("c")], NOW)
+    c = config(max_concurrent=4)
+    p = Planner(
+        inner, config=lambda: c, clock=lambda: NOW, tags=(), running=lambda: 0,
+        headroom=plenty, mem=MemoryModel(), midnight=midnight,
+    )  # fmt: skip
+    decided = {t.name: d for t, d in p.plan(admitting=True)}
+    assert decided["b"].reason == "after a" and decided["a"].ok and decided["c"].ok
+    tasks = {t.name: t for t in inner.list_tasks()}
+    ended = {n: replace(tasks[n], status=S.DONE) for n in "ac"}
+    for n in "ac":
+        p.claimed(tasks[n].id)
+    assert p.affected_by(ended["a"])  # b waits on it
+    assert not p.affected_by(ended["c"])  # nothing waits on c
+    assert p.affected_by(replace(tasks["c"], status=S.QUEUED))  # c queued again
+    assert p.affected_by(replace(tasks["b"], status=S.CANCELLED))  # b was in the queue
+    # b leaves the queue (cancelled elsewhere): nothing waits on a any more
+    inner.update_task(tasks["b"].id, status=S.CANCELLED)
+    p.invalidate()
+    p.plan(admitting=True)
+    assert not p.affected_by(ended["a"])

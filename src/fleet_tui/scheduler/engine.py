@@ -163,7 +163,7 @@ class Engine(Controller):
         self.overrides: dict[str, Any] = {}
         # the collaborators: each reads the settings as they are now (a hot reload replaces them)
         settings = lambda: self.cfg  # noqa: E731
-        self.rate_limits = RateLimitBook(self.store, self.clock)
+        self.rate_limits = RateLimitBook(self.store, self.clock, lambda: self.post(self.wake))
         self.writer = EventWriter(self.store, self.owner, self.notice)
         self.sink = AttemptSink(
             self.store,
@@ -232,8 +232,11 @@ class Engine(Controller):
         self.bus.publish([TaskChanged(task)])
         if task.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING):
             self.generation += 1  # the snapshot shows it; no plan changes while it runs
-        else:
-            self.wake()  # queued again, or ended (its dependents may start): plan again
+        elif self.planner.affected_by(task):
+            self.wake()  # queued again, or ended with dependents waiting: read and plan again
+        else:  # an ended task nothing here waits on: plan again from what the planner holds
+            self.generation += 1
+            self.nudge()
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, until_idle: bool = False) -> None:
@@ -582,6 +585,7 @@ class Engine(Controller):
 
     async def _supervise(self, r: Running, launch: Launch) -> None:
         task = r.task
+        failed = True
         try:
             result = await r.runner.run()
             if not task.spec.verify:
@@ -589,6 +593,7 @@ class Engine(Controller):
                 self.nudge()
                 await self._start_goes_first()
             await self.reaper.finish(r, result)
+            failed = False
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
             self.bus.publish([Notice(f"{task.name}: finishing failed: {e!r}")])
@@ -605,7 +610,13 @@ class Engine(Controller):
             if self.runners.get(task.id) is r:
                 del self.runners[task.id]
             r.done.set()
-            self.wake()
+            # its slot is free: plan again. What its verdict changed in the queue came through
+            # ``publish_task`` (and a blocked account through the rate-limit book); a verdict
+            # that failed to be written may have left anything: read the store again then
+            self.generation += 1
+            if failed:
+                self.planner.invalidate()
+            self.nudge()
 
     async def _start_goes_first(self) -> None:
         """Let the start of the agent that takes a freed slot go before this attempt's verdict:

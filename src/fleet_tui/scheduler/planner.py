@@ -155,6 +155,10 @@ class Planner:
         self._order: list[tuple[tuple[float, float, str], Task]] = []
         self._coders: Counter[str | None] = Counter()
         self._held: dict[str, str] = {}
+        #: what each held task waits on, and how many held tasks wait on each name: a task that
+        #: ends here without being awaited changes no decision but its slot (``affected_by``)
+        self._held_on: dict[str, tuple[str, ...]] = {}
+        self._awaited: Counter[str] = Counter()
         self._rev: int | None = None
         self._incremental = True
         self._generation = 0
@@ -179,6 +183,22 @@ class Planner:
         view = self._view
         if view is not None and view.budgeted:
             self._dirty = True
+
+    def affected_by(self, task: Task) -> bool:
+        """Whether ``task``, as this engine just wrote it, may change a decision beyond the
+        slot it took or freed: it is queued (again), it was in the queue, or a queued task
+        waits on its name. Else (an agent's task ended and nothing here waits on it, the common
+        case) the next plan is made from memory, without a store read. While another thread
+        reads the store (the holds it found may not be applied yet), the answer is yes. Never
+        waits (the engine's loop asks)."""
+        if task.status == TaskStatus.QUEUED:
+            return True
+        if not self._lock.acquire(blocking=False):
+            return True
+        try:
+            return self._view is None or task.id in self._tasks or task.name in self._awaited
+        finally:
+            self._lock.release()
 
     def claiming(self, task_id: str) -> None:
         """This engine is claiming ``task_id`` (on a worker thread): leave it out of the next
@@ -283,7 +303,7 @@ class Planner:
         self._rev = changes.marker
         if changes.full:
             self._reset([t for t in changes.tasks if t.status == TaskStatus.QUEUED])
-            self._held = self._hold(self.store.unfinished_dependencies())
+            self._hold_all(self.store.unfinished_dependencies())
             return
         if not changes.tasks:
             return
@@ -296,9 +316,9 @@ class Planner:
                 self._written.pop(t.id, None)
         for tid, names in self.store.unfinished_dependencies([t.id for t in changes.tasks]).items():
             if names and tid in self._tasks:
-                self._held[tid] = "after " + ", ".join(names)
+                self._hold(tid, names)
             else:
-                self._held.pop(tid, None)
+                self._unhold(tid)
 
     def _refresh_by_stamps(self, view: QueueView | None) -> Mapping[str, tuple[Any, ...]]:
         """The queue read again for a store without change counters: one light query says which
@@ -317,12 +337,28 @@ class Planner:
                 t = self.store.get_task(tid)
                 if t is not None and t.status == TaskStatus.QUEUED:
                     self._put(t)
-        self._held = self._hold(self.store.unfinished_dependencies())
+        self._hold_all(self.store.unfinished_dependencies())
         return stamps
 
-    @staticmethod
-    def _hold(unfinished: Mapping[str, list[str]]) -> dict[str, str]:
-        return {tid: "after " + ", ".join(names) for tid, names in unfinished.items() if names}
+    # the holds: which queued tasks wait on unfinished dependencies, by the dependencies' names
+    def _hold_all(self, unfinished: Mapping[str, list[str]]) -> None:
+        self._held, self._held_on, self._awaited = {}, {}, Counter()
+        for tid, names in unfinished.items():
+            if names:
+                self._hold(tid, names)
+
+    def _hold(self, tid: str, names: Sequence[str]) -> None:
+        self._unhold(tid)
+        self._held[tid] = "after " + ", ".join(names)
+        self._held_on[tid] = tuple(names)
+        self._awaited.update(set(names))
+
+    def _unhold(self, tid: str) -> None:
+        self._held.pop(tid, None)
+        for name in set(self._held_on.pop(tid, ())):
+            self._awaited[name] -= 1
+            if self._awaited[name] <= 0:
+                del self._awaited[name]
 
     # the queue in claim order, kept sorted as tasks come and go (never sorted whole again)
     def _queue(self) -> tuple[Task, ...]:
@@ -350,7 +386,7 @@ class Planner:
         else:  # pragma: no cover - the order and the map always agree
             self._order = [e for e in self._order if e[1].id != tid]
         self._coders[old.coder or old.spec.coder] -= 1
-        self._held.pop(tid, None)
+        self._unhold(tid)
 
     # -- deciding ------------------------------------------------------------------------------
     def plan(self, admitting: bool = False, running: int | None = None) -> Plan:

@@ -18,9 +18,13 @@ from fleet_tui.scheduler.store.protocol import Store
 
 
 class RateLimitBook:
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], float], changed: Callable[[], None] = lambda: None
+    ) -> None:
         self.store = store
         self.clock = clock
+        #: called (from the writing thread) once ``block`` wrote: the planner reads it again
+        self._changed = changed
         self._strikes: dict[str, int] = {}
 
     def strikes(self, account: str) -> int:
@@ -51,3 +55,4 @@ class RateLimitBook:
             ),
             until,
         )
+        self._changed()
