@@ -645,3 +645,57 @@ def test_an_ended_task_asks_for_a_read_only_when_something_waits_on_it(
     p.invalidate()
     p.plan(admitting=True)
     assert not p.affected_by(ended["a"])
+
+
+async def test_short_hand_overs_take_one_thread_at_a_time(
+    tmp_path: Path, stores: Callable[[], SqliteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starts in place and verdicts with nothing to verify go through the engine's one lane: four
+    agents that end together no longer make four threads share the interpreter with the loop.
+    A task with a worktree, or with verifiers, keeps the shared pool (its setup or its verifiers
+    may run for minutes). The first starts are held a little so that overlaps, if allowed, are
+    certain to show."""
+    from fleet_tui.scheduler.attempts.finish import Reaper
+    from fleet_tui.scheduler.attempts.launch import Launcher
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = stores()
+    store.add_tasks([spec(f"t{i:02d}") for i in range(12)], time.time())
+    engine = Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
+    lock = threading.Lock()
+    inside = [0]
+    most = [0]
+    calls = [0]
+
+    def counted(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            with lock:
+                inside[0] += 1
+                calls[0] += 1
+                most[0] = max(most[0], inside[0])
+                first = calls[0] <= 4
+            try:
+                if first:
+                    time.sleep(0.05)  # widen the window: concurrent callers would overlap here
+                return fn(*args, **kw)
+            finally:
+                with lock:
+                    inside[0] -= 1
+
+        return wrapper
+
+    monkeypatch.setattr(Launcher, "prepare", counted(Launcher.prepare))
+    monkeypatch.setattr(Reaper, "settle", counted(Reaper.settle))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while any(t.status != S.DONE for t in store.list_tasks()):
+                await anyio.sleep(0.05)
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()
+    assert calls[0] == 24 and most[0] == 1, (calls, most)
+    worktree = replace(store.list_tasks()[0], spec=spec("w", git_ref="main"))
+    verified = replace(store.list_tasks()[0], spec=spec("v", verify=["true"]))
+    assert engine._lane(worktree) is None and engine._lane(worktree, verdict=True) is None
+    assert engine._lane(verified) is engine.lane and engine._lane(verified, verdict=True) is None

@@ -87,9 +87,10 @@ class Reaper:
         assert self.life.actor is not None
         return self.life.actor
 
-    async def finish(self, r: Running, res: AttemptResult) -> None:
-        """An attempt ended: verify, decide, write the fenced move, after-work (in a thread)."""
-        await anyio.to_thread.run_sync(self.settle, r, res)
+    async def finish(self, r: Running, res: AttemptResult, lane: anyio.CapacityLimiter | None = None) -> None:
+        """An attempt ended: verify, decide, write the fenced move, after-work (in a thread; in
+        ``lane`` when given, the engine's one thread for short work: see ``Engine.lane``)."""
+        await anyio.to_thread.run_sync(self.settle, r, res, limiter=lane)
 
     def settle(self, r: Running, res: AttemptResult) -> None:
         """``finish``'s work, blocking (a worker thread runs it)."""
