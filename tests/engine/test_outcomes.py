@@ -1224,8 +1224,8 @@ async def test_a_verdict_that_requeues_keeps_the_next_attempts_runner(
         r = engine.runners.get(task_id)
         return r is not None and r.task.attempt == 2
 
-    async def late_finish(r: Any, res: Any) -> None:
-        await finish(r, res)
+    async def late_finish(r: Any, res: Any, *lane: Any) -> None:
+        await finish(r, res, *lane)
         if r.task.attempt == 1:
             first.append(r)
             with anyio.fail_after(30):
