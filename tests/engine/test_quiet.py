@@ -117,6 +117,25 @@ def config(**kw: Any) -> Config:
     return Config(**base)
 
 
+def _engine(tmp_path: Path, store: SqliteStore, n: int) -> Engine:
+    """An engine at concurrency 4 over ``n`` independent tasks of `true` added to ``store``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store.add_tasks([spec(f"t{i:02d}") for i in range(n)], time.time())
+    return Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
+
+
+async def _drain(engine: Engine, store: SqliteStore) -> None:
+    """Run ``engine`` until every task in ``store`` is done, then stop it."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while any(t.status != S.DONE for t in store.list_tasks()):
+                await anyio.sleep(0.05)
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()
+
+
 # -- the idle engine ---------------------------------------------------------------------------
 async def _settle(store: CountingStore, quiet_s: float = 1.5, limit_s: float = 60.0) -> None:
     """Until no read happened for ``quiet_s`` (the engine's start-up reads are over)."""
@@ -206,11 +225,8 @@ async def test_the_engine_counts_its_slots_on_its_own_loop_only(
     and removes: a plan on a worker thread that counted them itself could walk them mid-change
     ("dictionary changed size during iteration", seen ending an engine of a three-host test). The
     count is taken on the loop and handed over; it is never taken on another thread."""
-    home = tmp_path / "home"
-    home.mkdir()
     store = stores()
-    store.add_tasks([spec(f"t{i:02d}") for i in range(24)], time.time())
-    engine = Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
+    engine = _engine(tmp_path, store, 24)
     counted_on: set[str] = set()
     count = Engine.slots_taken
 
@@ -219,13 +235,7 @@ async def test_the_engine_counts_its_slots_on_its_own_loop_only(
         return count(self)
 
     monkeypatch.setattr(Engine, "slots_taken", slots_taken)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        with anyio.fail_after(60):
-            while any(t.status != S.DONE for t in store.list_tasks()):
-                await anyio.sleep(0.05)
-        await engine.shutdown(leave_running=False)
-        tg.cancel_scope.cancel()
+    await _drain(engine, store)
     assert engine.planner.reads >= 1  # plans that read the store ran on a worker thread
     assert counted_on == {threading.current_thread().name}, counted_on
 
@@ -602,18 +612,9 @@ async def test_an_agents_end_that_nothing_waits_on_is_planned_without_a_store_re
     """24 independent tasks at concurrency 4: each agent's end frees a slot and writes its
     task's verdict, but no queued task waits on it, so the next start is planned from what the
     planner holds. The store's queue is read at the start, not once per agent (it was: 24+)."""
-    home = tmp_path / "home"
-    home.mkdir()
     store = stores()
-    store.add_tasks([spec(f"t{i:02d}") for i in range(24)], time.time())
-    engine = Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        with anyio.fail_after(60):
-            while any(t.status != S.DONE for t in store.list_tasks()):
-                await anyio.sleep(0.05)
-        await engine.shutdown(leave_running=False)
-        tg.cancel_scope.cancel()
+    engine = _engine(tmp_path, store, 24)
+    await _drain(engine, store)
     assert engine.planner.reads <= 3, engine.planner.reads
 
 
@@ -658,11 +659,8 @@ async def test_short_hand_overs_take_one_thread_at_a_time(
     from fleet_tui.scheduler.attempts.finish import Reaper
     from fleet_tui.scheduler.attempts.launch import Launcher
 
-    home = tmp_path / "home"
-    home.mkdir()
     store = stores()
-    store.add_tasks([spec(f"t{i:02d}") for i in range(12)], time.time())
-    engine = Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
+    engine = _engine(tmp_path, store, 12)
     lock = threading.Lock()
     inside = [0]
     most = [0]
@@ -687,13 +685,7 @@ async def test_short_hand_overs_take_one_thread_at_a_time(
 
     monkeypatch.setattr(Launcher, "prepare", counted(Launcher.prepare))
     monkeypatch.setattr(Reaper, "settle", counted(Reaper.settle))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.run)
-        with anyio.fail_after(60):
-            while any(t.status != S.DONE for t in store.list_tasks()):
-                await anyio.sleep(0.05)
-        await engine.shutdown(leave_running=False)
-        tg.cancel_scope.cancel()
+    await _drain(engine, store)
     assert calls[0] == 24 and most[0] == 1, (calls, most)
     worktree = replace(store.list_tasks()[0], spec=spec("w", git_ref="main"))
     verified = replace(store.list_tasks()[0], spec=spec("v", verify=["true"]))
