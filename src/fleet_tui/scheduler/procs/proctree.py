@@ -129,14 +129,16 @@ def reap_children(seen: Callable[[int, int], None] | None = None) -> None:
 
 
 def set_autogroup_nice(pid: int, nice: int) -> bool:
-    """Give the session of ``pid`` (a session leader) the niceness ``nice`` as a scheduling group.
+    """Give the session of ``pid`` (any process in it) the niceness ``nice`` as a scheduling group.
 
     Why: where the kernel groups processes by session (autogroup: on by default in most
     distributions' kernels), the CPU is first shared fairly between sessions, and a process's
-    own niceness only weighs against the processes of its session. An agent runs in a session of
-    its own, so its niceness alone did nothing against the cockpit (32 agents took 32 shares to
-    the cockpit's one); its session's group niceness does. Any user may raise it for their own
-    processes. False where there are no such groups (no file) or it cannot be set."""
+    own niceness only weighs against the processes of its session. The agents run outside the
+    cockpit's session (a fleet's in the shims' fork server's, one session for all of them), so
+    their niceness alone did nothing against the cockpit (32 agents in sessions of their own took
+    32 shares to the cockpit's one); their session's group niceness does. Any user may raise it
+    for their own processes. False where there are no such groups (no file) or it cannot be
+    set."""
     try:
         fd = os.open(f"/proc/{pid}/autogroup", os.O_WRONLY)
     except OSError:

@@ -117,6 +117,10 @@ class Shim:
             os.chdir(self.cwd)
             if self.nice > 0:  # the agent inherits it; the shim only waits
                 os.nice(self.nice)
+                # its session's scheduling group too, where the kernel has them: the fleet's,
+                # shared by every agent of the server. Before the agent starts, not after: an
+                # agent that started first ran its first steps at the group's old niceness
+                proctree.set_autogroup_nice(os.getpid(), self.nice)
             # fleet-tui's own files are private; the agent gets the user's umask for its work
             own_umask = os.umask(self.umask) if self.umask is not None else None
             pid = os.posix_spawnp(
@@ -143,10 +147,6 @@ class Shim:
         os.close(out_fd)
         os.close(err_fd)
         self.agent_pid = pid
-        # its session's scheduling group too, where the kernel has them: the fleet's, shared by
-        # every agent of the server
-        if self.nice > 0:
-            proctree.set_autogroup_nice(pid, self.nice)
         if self.lease_file and self.lease_until is not None:  # the first lease: after the agent
             files.first_lease(self.lease_file, self.lease_until)
         # the exit record's space, set aside before the agent could have filled the disk (it
