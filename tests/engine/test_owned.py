@@ -79,3 +79,40 @@ def test_the_command_gets_the_users_umask(tmp_path: Path) -> None:
 
     r = run_owned(["/bin/sh", "-c", "umask"], cwd=tmp_path)
     assert int(r.stdout.decode().strip(), 8) == user_umask()
+
+
+def test_a_dying_shims_agent_is_reaped_once_the_shim_is_gone(tmp_path: Path) -> None:
+    """A killed shim wakes its supervisor (its files close) before the kernel marks it a zombie:
+    the supervisor may find it still "alive". Told the shim is ending, ``reap_attempt`` waits for
+    it to be gone and then kills its agent; not told, it leaves the agent to its shim, as it
+    must for a shim that lives. The stand-in shim ends by itself once released."""
+    import subprocess
+
+    from fleet_tui.scheduler.procs import proctree
+    from fleet_tui.scheduler.procs.attemptfiles import shim_record
+    from fleet_tui.scheduler.procs.owned import reap_attempt
+
+    release = tmp_path / "release"
+    shim = subprocess.Popen(["/bin/sh", "-c", f"while [ ! -e {release} ]; do sleep 0.01; done"])
+    agent = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        rec = shim_record(
+            shim.pid,
+            proctree.proc_start_ticks(shim.pid),
+            time.time(),
+            agent.pid,
+            proctree.proc_start_ticks(agent.pid),
+        )
+        (tmp_path / "shim.json").write_text(json.dumps(rec))
+        assert reap_attempt(tmp_path) == 0 and agent.poll() is None  # a live shim owns its agent
+        ended = threading.Timer(0.2, release.touch)
+        ended.start()
+        assert reap_attempt(tmp_path, dying_s=30.0) >= 1
+        ended.join()
+        assert agent.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        release.touch()
+        shim.wait(timeout=30)
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()

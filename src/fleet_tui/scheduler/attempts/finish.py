@@ -34,7 +34,7 @@ from fleet_tui.scheduler.policy.evidence import nothing_done
 from fleet_tui.scheduler.policy.headroom import MemoryModel
 from fleet_tui.scheduler.policy.outcome import Policy, Verdict, after_verify, decide
 from fleet_tui.scheduler.policy.verify import AgentReviewer, run_verifiers
-from fleet_tui.scheduler.procs.owned import reap_attempt
+from fleet_tui.scheduler.procs.owned import DYING_S, reap_attempt
 from fleet_tui.scheduler.procs.runner import AttemptResult
 from fleet_tui.scheduler.sandbox.policy import verifier_wrap
 from fleet_tui.scheduler.states import TaskStatus
@@ -137,7 +137,7 @@ class Reaper:
             except Exception as e:
                 self._notice(f"{task.name}: WIP commit failed: {e}")
         if res.exit_reason == "crashed":  # the shim died: what it hosted must die before a retry
-            reap_attempt(r.dir)
+            reap_attempt(r.dir, DYING_S)
 
     def decide(self, r: Running, task: Task, res: AttemptResult, now: float) -> Verdict:
         """The verdict on the agent's run (before any verification)."""

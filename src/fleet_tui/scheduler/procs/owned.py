@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -177,14 +178,27 @@ def reap_stale(home: Path) -> int:
     return killed
 
 
-def reap_attempt(attempt_dir: Path) -> int:
+#: how long ``reap_attempt`` waits for a shim known to be ending to be gone
+DYING_S = 2.0
+
+
+def reap_attempt(attempt_dir: Path, dying_s: float = 0.0) -> int:
     """Kill what a dead shim left of its agent (``shim.json``: pid + start time) before the attempt
-    is started again: the agent's process group and its descendants. Returns how many died."""
+    is started again: the agent's process group and its descendants. Returns how many died.
+
+    ``dying_s``: the caller saw the shim end (its done pipe closed without an exit record), so
+    wait up to that long for it to be gone. A killed process closes its files, and so wakes its
+    supervisor, before the kernel marks it a zombie; a niced shim can be preempted in between by
+    the supervisor it just woke, which then found it "alive", left its agent running and started
+    the next attempt beside it (seen once in CI)."""
     info = read_shim(attempt_dir)
     if info is None:
         return 0
-    if proctree.alive(info.pid, info.start_ticks):
-        return 0  # the shim still owns it
+    deadline = time.monotonic() + dying_s
+    while proctree.alive(info.pid, info.start_ticks):
+        if time.monotonic() >= deadline:
+            return 0  # the shim still owns it
+        time.sleep(0.005)
     if not info.agent_pid:
         return 0
     return _kill_tree(info.agent_pid, info.agent_start_ticks)
