@@ -689,5 +689,5 @@ async def test_short_hand_overs_take_one_thread_at_a_time(
     assert calls[0] == 24 and most[0] == 1, (calls, most)
     worktree = replace(store.list_tasks()[0], spec=spec("w", git_ref="main"))
     verified = replace(store.list_tasks()[0], spec=spec("v", verify=["true"]))
-    assert engine._lane(worktree) is None and engine._lane(worktree, verdict=True) is None
-    assert engine._lane(verified) is engine.lane and engine._lane(verified, verdict=True) is None
+    assert engine._lane_for(worktree) is None and engine._lane_for(worktree, verdict=True) is None
+    assert engine._lane_for(verified) is engine.lane and engine._lane_for(verified, verdict=True) is None

@@ -207,7 +207,7 @@ class Engine(Controller):
         #: the loop, and four of them at once (agents that end together) shared it with each
         #: other too. 300 x `true`, in turn three times: 1.07-1.11 s and 5.2-5.4 ms of CPU per
         #: attempt against 1.20-1.24 s and 5.9-6.2 ms with a thread each. Long work (a worktree,
-        #: its setup, verifiers) keeps the shared pool (``_lane``)
+        #: its setup, verifiers) keeps the shared pool (``_lane_for``)
         self.lane = anyio.CapacityLimiter(1)
 
     def notice(self, text: str) -> None:
@@ -222,10 +222,13 @@ class Engine(Controller):
         async for batch in self.bus.subscribe():
             yield batch
 
-    def wake(self) -> None:
-        """Something changed (here, or in the store): plan again, and rebuild the snapshot."""
+    def wake(self, read: bool = True) -> None:
+        """Something changed (here, or in the store): plan again, and rebuild the snapshot.
+        ``read``: the planner reads the store first; False when the change is one it can plan
+        from what it holds (a task ended that nothing queued waits on)."""
         self.generation += 1
-        self.planner.invalidate()
+        if read:
+            self.planner.invalidate()
         self._wake.set()
 
     def nudge(self) -> None:
@@ -239,11 +242,8 @@ class Engine(Controller):
         self.bus.publish([TaskChanged(task)])
         if task.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING):
             self.generation += 1  # the snapshot shows it; no plan changes while it runs
-        elif self.planner.affected_by(task):
-            self.wake()  # queued again, or ended with dependents waiting: read and plan again
-        else:  # an ended task nothing here waits on: plan again from what the planner holds
-            self.generation += 1
-            self.nudge()
+        else:  # queued again, or ended: read first only if the queue as planned may differ
+            self.wake(read=self.planner.affected_by(task))
 
     # -- run ----------------------------------------------------------------------------------
     async def run(self, until_idle: bool = False) -> None:
@@ -500,7 +500,7 @@ class Engine(Controller):
                 return task, e
 
         try:
-            task, launch = await anyio.to_thread.run_sync(claim_and_prepare, limiter=self._lane(queued))
+            task, launch = await anyio.to_thread.run_sync(claim_and_prepare, limiter=self._lane_for(queued))
         except BaseException:
             self.planner.unclaimed(queued.id)
             raise
@@ -572,7 +572,7 @@ class Engine(Controller):
         assert self._tg is not None
         self._tg.start_soon(self._supervise, running, launch)
 
-    def _lane(self, task: Task, verdict: bool = False) -> anyio.CapacityLimiter | None:
+    def _lane_for(self, task: Task, verdict: bool = False) -> anyio.CapacityLimiter | None:
         """``lane`` for this task's start (or its verdict) when that work is short: in place (no
         worktree to make, no WIP commit, no merge) and, for a verdict, nothing to verify. Else
         None: the worker threads' shared pool, where a worktree's setup or a verifier that runs
@@ -608,7 +608,7 @@ class Engine(Controller):
                 r.released = True
                 self.nudge()
                 await self._start_goes_first()
-            await self.reaper.finish(r, result, self._lane(task, verdict=True))
+            await self.reaper.finish(r, result, self._lane_for(task, verdict=True))
             failed = False
         except Exception as e:  # one task's bad ending must not take the engine down
             log.exception("finishing %s failed", task.name)
@@ -629,10 +629,7 @@ class Engine(Controller):
             # its slot is free: plan again. What its verdict changed in the queue came through
             # ``publish_task`` (and a blocked account through the rate-limit book); a verdict
             # that failed to be written may have left anything: read the store again then
-            self.generation += 1
-            if failed:
-                self.planner.invalidate()
-            self.nudge()
+            self.wake(read=failed)
 
     async def _start_goes_first(self) -> None:
         """Let the start of the agent that takes a freed slot go before this attempt's verdict:
