@@ -27,14 +27,13 @@ from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
-from textual.screen import Screen
-from textual.widgets import Footer, Input, TextArea
-from textual.widgets._footer import FooterKey
+from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
 from fleet_tui.app.inbox import Inbox, InboxItem
+from fleet_tui.app.keybar import KeyBar
 from fleet_tui.app.main_screen import MainScreen
 from fleet_tui.app.order import SORTS, Row
 from fleet_tui.app.panes import FleetHeader, GaugesPane
@@ -100,7 +99,7 @@ class FleetApp(WheelKeys, App[None]):
         Binding("exclamation_mark", "next_attention", "next !", key_display="!"),
         Binding("o", "cycle_sort", "sort"),
         Binding("f", "toggle_finished", "finished"),
-        # shown pinned at the right of the footer (PinnedKeys), so no width ever hides them
+        # shown pinned at the right of the footer (keybar.PINNED), so no width ever hides them
         Binding("question_mark", "help", "help", key_display="?", show=False),
         Binding("q", "quit", "quit", show=False),
         Binding("g", "top", "top", show=False),
@@ -206,9 +205,7 @@ class FleetApp(WheelKeys, App[None]):
         with Horizontal(id="bottom"):
             yield self.inbox
             yield self.gauges
-        with Horizontal(id="footer-bar"):
-            yield CockpitFooter(compact=True, show_command_palette=False)
-            yield PinnedKeys(id="pinned-keys")
+        yield KeyBar(id="footer-bar")
 
     def on_mount(self) -> None:
         self.filter_input.display = False
@@ -807,49 +804,3 @@ class FleetApp(WheelKeys, App[None]):
         except Exception as exc:
             self.notify(f"shutdown: {exc}", severity="error")
         self.exit()
-
-
-class CockpitFooter(Footer):
-    """Textual's footer, rebuilt only when the keys it shows change.
-
-    The footer rebuilds itself (a score of widgets unmounted and mounted, then a new layout) each
-    time its screen's bindings are refreshed, which Textual does on every focus change and every
-    return to the screen, changed or not: opening the help emptied it (under the dialog) and
-    closing it rebuilt the same keys again. Under another screen it now stays as it was; back on
-    top it is rebuilt only if its keys differ from the ones it shows."""
-
-    _shown: tuple[object, ...] | None = None
-
-    def _signature(self, screen: Screen[object]) -> tuple[object, ...]:
-        return tuple(
-            (b.key, b.key_display, b.description, b.action, b.group, enabled, tooltip)
-            for _, b, enabled, tooltip in screen.active_bindings.values()
-            if b.show
-        )
-
-    def compose(self) -> ComposeResult:
-        if self._bindings_ready:
-            self._shown = self._signature(self.screen)
-        yield from super().compose()
-
-    def bindings_changed(self, screen: Screen[object]) -> None:
-        if self._shown is not None and self.is_attached and screen is self.screen:
-            if screen is not self.app.screen:  # covered: it is refreshed again on the way back
-                return
-            if self._signature(screen) == self._shown:
-                return
-        super().bindings_changed(screen)
-
-
-class PinnedKeys(Horizontal):
-    """``? help  q quit`` at the right end of the footer: the footer cuts keys that do not fit,
-    and these two must show at any width (the others are all in the help)."""
-
-    def compose(self) -> ComposeResult:
-        for key, display, description, action in (
-            ("question_mark", "?", "help", "help"),
-            ("q", "q", "quit", "quit"),
-        ):
-            footer_key = FooterKey(key, display, description, action)
-            footer_key.compact = True
-            yield footer_key
