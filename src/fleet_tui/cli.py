@@ -211,7 +211,7 @@ def _shim_pool(ctx: Ctx) -> Any:
         return None
     from fleet_tui.scheduler.procs.invoke import ShimPool
 
-    pool = ShimPool.for_home(ctx.home, ctx.cfg.max_concurrent)
+    pool = ShimPool.for_home(ctx.home, ctx.cfg.max_concurrent, ctx.cfg.agent_nice)
     pool.fill()
     return pool
 

@@ -203,7 +203,7 @@ def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> Non
     first and a process's own niceness only weighs inside its session. Every agent of a pool is
     in one session (the server's), in a process group of its own, and that group is niced: the
     whole fleet weighs as one niced program against ours, however many agents run."""
-    pool = ShimPool()
+    pool = ShimPool(nice=7)  # an engine's pool runs at its agents' niceness
     pool.fill()
     try:
         cmd = "cat /proc/self/autogroup; awk '{print $19, $5, $6}' /proc/$$/stat; sleep 60"
@@ -213,6 +213,7 @@ def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> Non
             p = spawn_shim(
                 adir, tmp_path, ["sh", "-c", cmd], _env(), None, 0.5, time.time() + 60, pool=pool, nice=7
             )
+            assert isinstance(p, ForkedShim)
             shims.append((adir, p))
         for adir, _ in shims:
             _wait(lambda adir=adir: len(_text(adir / "stdout.jsonl").splitlines()) == 2, "the agent's lines")
@@ -235,4 +236,43 @@ def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> Non
             os.kill(p.pid, 15)
         for _, p in shims:
             _wait(lambda p=p: p.poll() is not None, "the shim to stop")
+        pool.close()
+
+
+def test_the_server_runs_at_its_agents_niceness_and_starts_again_at_a_new_one(tmp_path: Path) -> None:
+    """The server (forking the next shim, making spare folders) and its waiting shims run at the
+    agents' niceness: at 0 they outweighed the agent just started. A job asking for another
+    niceness (agent_nice changed under a running engine) is started on its own at it, and the
+    server again at the new niceness, for the jobs after it."""
+    pool = ShimPool(nice=3)
+    pool.fill()
+    shims = []
+    try:
+        assert pool.server is not None
+        first = pool.server.pid
+        _wait(lambda: os.getpriority(os.PRIO_PROCESS, first) == 3, "the server at niceness 3")
+
+        def spawn(name: str, nice: int) -> object:
+            adir = tmp_path / name
+            p = spawn_shim(
+                adir, tmp_path, ["sh", "-c", "awk '{print $19}' /proc/$$/stat; sleep 60"], _env(), None, 0.5,
+                time.time() + 60, pool=pool, nice=nice,
+            )  # fmt: skip
+            shims.append((adir, p))
+            _wait(lambda: _text(adir / "stdout.jsonl").strip(), "the agent's niceness")
+            assert int((adir / "stdout.jsonl").read_text()) == nice
+            return p
+
+        assert isinstance(spawn("same", 3), ForkedShim)
+        assert not isinstance(spawn("lower", 1), ForkedShim)  # on its own: a forked one stays at 3
+        assert pool.server is not None and pool.server.pid != first
+        assert pool.nice == 1
+        server = pool.server.pid
+        _wait(lambda: os.getpriority(os.PRIO_PROCESS, server) == 1, "the new server at niceness 1")
+        assert isinstance(spawn("next", 1), ForkedShim)
+    finally:
+        for _, p in shims:
+            os.kill(p.pid, 15)  # type: ignore[attr-defined]
+        for _, p in shims:
+            _wait(lambda p=p: p.poll() is not None, "the shim to stop")  # type: ignore[attr-defined]
         pool.close()

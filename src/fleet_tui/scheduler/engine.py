@@ -259,7 +259,7 @@ class Engine(Controller):
         )
         if self.cfg.max_concurrent > 0:
             if self.shim_pool is None:
-                self.shim_pool = ShimPool.for_home(self.home, self.cfg.max_concurrent)
+                self.shim_pool = ShimPool.for_home(self.home, self.cfg.max_concurrent, self.cfg.agent_nice)
             await anyio.to_thread.run_sync(self.shim_pool.fill)
         if self._config_path is not None:
             self._watcher = ConfigWatcher(self._config_path)

@@ -116,7 +116,10 @@ class Shim:
             # scheduling group), default signal handlers and the shim's cwd.
             os.chdir(self.cwd)
             if self.nice > 0:  # the agent inherits it; the shim only waits
-                os.nice(self.nice)
+                # a shim forked by the pool's server has it already: the server runs at it
+                current = os.getpriority(os.PRIO_PROCESS, 0)
+                if current < self.nice:
+                    os.nice(self.nice - current)
                 # its session's scheduling group too, where the kernel has them: the fleet's,
                 # shared by every agent of the server. Before the agent starts, not after: an
                 # agent that started first ran its first steps at the group's old niceness
@@ -417,7 +420,7 @@ def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
 SPARES_AFTER_S = 0.02
 
 
-def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0) -> int:
+def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0, nice: int = 0) -> int:
     """A fork server on a Unix socket (its stdin) to its supervisor: it keeps ``ahead`` shims
     forked ahead of their jobs, each waiting on a pipe of its own, and sends the supervisor each
     one's pid, start ticks and the pipe's writing end; the supervisor writes a job straight into
@@ -425,8 +428,12 @@ def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0) 
     about a millisecond; a new interpreter costs ten or more. It reaps the shims it forked; when
     the supervisor goes away (the socket closes) it exits, and so do the shims still waiting (their
     pipes close); the others live on. With ``spare_root`` it also keeps ``spare_count`` attempt
-    folders ready there (spares.py), after the shims: both while the agents run."""
+    folders ready there (spares.py), after the shims: both while the agents run. It runs at the
+    agents' niceness ``nice``, and so do the shims it forks (invoke.ShimPool says why)."""
     import socket  # the server only: a shim needs none
+
+    if nice > 0:
+        os.nice(nice)
 
     proctree.preload_prctl()  # every shim makes itself a subreaper: inherit ctypes, don't import it
     sock = socket.socket(fileno=0)
@@ -476,11 +483,12 @@ def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0) 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--zygote"]:  # --zygote AHEAD [SPARE_ROOT SPARE_COUNT]
+    if args[:1] == ["--zygote"]:  # --zygote AHEAD [NICE [SPARE_ROOT SPARE_COUNT]]
         ahead = int(args[1]) if len(args) > 1 else 1
-        if len(args) > 3:
-            return zygote(ahead, args[2], int(args[3]))
-        return zygote(ahead)
+        nice = int(args[2]) if len(args) > 2 else 0
+        if len(args) > 4:
+            return zygote(ahead, args[3], int(args[4]), nice)
+        return zygote(ahead, nice=nice)
     if args == ["--warm"]:
         # started ahead of time with everything imported; waits for its job on stdin. A supervisor
         # that dies before handing one over closes the pipe, and the warm shim just exits.
