@@ -272,7 +272,7 @@ def test_the_server_runs_at_its_agents_niceness_and_starts_again_at_a_new_one(tm
         assert isinstance(spawn("next", 1), ForkedShim)
     finally:
         for _, p in shims:
-            os.kill(p.pid, 15)  # type: ignore[attr-defined]
+            os.kill(p.pid, 15)
         for _, p in shims:
-            _wait(lambda p=p: p.poll() is not None, "the shim to stop")  # type: ignore[attr-defined]
+            _wait(lambda p=p: p.poll() is not None, "the shim to stop")
         pool.close()
