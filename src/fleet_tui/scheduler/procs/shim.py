@@ -486,9 +486,12 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--zygote"]:  # --zygote AHEAD [NICE [SPARE_ROOT SPARE_COUNT]]
         ahead = int(args[1]) if len(args) > 1 else 1
         nice = int(args[2]) if len(args) > 2 else 0
-        if len(args) > 4:
-            return zygote(ahead, args[3], int(args[4]), nice)
-        return zygote(ahead, nice=nice)
+        spares = (args[3], int(args[4])) if len(args) > 4 else (None, 0)
+        code = zygote(ahead, *spares, nice)
+        # out at once: the server has nothing to flush or clean (its output goes nowhere, its
+        # spare folders are whole), and its supervisor waits for it to end (ShimPool.close):
+        # the interpreter's own teardown took most of the 8 ms an engine's stop spent there
+        os._exit(code)
     if args == ["--warm"]:
         # started ahead of time with everything imported; waits for its job on stdin. A supervisor
         # that dies before handing one over closes the pipe, and the warm shim just exits.
