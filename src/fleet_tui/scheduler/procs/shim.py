@@ -486,8 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--zygote"]:  # --zygote AHEAD [NICE [SPARE_ROOT SPARE_COUNT]]
         ahead = int(args[1]) if len(args) > 1 else 1
         nice = int(args[2]) if len(args) > 2 else 0
-        spares = (args[3], int(args[4])) if len(args) > 4 else (None, 0)
-        code = zygote(ahead, *spares, nice)
+        root, count = (args[3], int(args[4])) if len(args) > 4 else (None, 0)
+        code = zygote(ahead, root, count, nice)
         # out at once: the server has nothing to flush or clean (its output goes nowhere, its
         # spare folders are whole), and its supervisor waits for it to end (ShimPool.close):
         # the interpreter's own teardown took most of the 8 ms an engine's stop spent there
