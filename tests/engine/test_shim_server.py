@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from fleet_tui.scheduler.procs import shim
-from fleet_tui.scheduler.procs.invoke import ForkedShim, ShimPool
+from fleet_tui.scheduler.procs.invoke import ForkedShim, ShimPool, ShimProcess
 from fleet_tui.scheduler.procs.runner import read_json, spawn_shim
 
 pytestmark = pytest.mark.timeout(60)
@@ -68,6 +69,15 @@ def test_a_failing_forked_shim_leaves_its_traceback_in_shim_log(tmp_path: Path) 
         _wait(lambda: "IsADirectoryError" in _text(adir / "shim.log"), "the traceback in shim.log")
     finally:
         pool.close()
+
+
+def _stop(shims: Sequence[tuple[Path, ShimProcess]], pool: ShimPool) -> None:
+    """Stop every shim (SIGTERM: each stops its agent), wait for them, close the pool."""
+    for _, p in shims:
+        os.kill(p.pid, 15)
+    for _, p in shims:
+        _wait(lambda p=p: p.poll() is not None, "the shim to stop")
+    pool.close()
 
 
 def _text(path: Path) -> str:
@@ -232,11 +242,7 @@ def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> Non
             assert pgrp == shim["agent_pid"]
             assert pool.server is not None and sid == pool.server.pid
     finally:
-        for _, p in shims:
-            os.kill(p.pid, 15)
-        for _, p in shims:
-            _wait(lambda p=p: p.poll() is not None, "the shim to stop")
-        pool.close()
+        _stop(shims, pool)
 
 
 def test_the_server_runs_at_its_agents_niceness_and_starts_again_at_a_new_one(tmp_path: Path) -> None:
@@ -252,7 +258,7 @@ def test_the_server_runs_at_its_agents_niceness_and_starts_again_at_a_new_one(tm
         first = pool.server.pid
         _wait(lambda: os.getpriority(os.PRIO_PROCESS, first) == 3, "the server at niceness 3")
 
-        def spawn(name: str, nice: int) -> object:
+        def spawn(name: str, nice: int) -> ShimProcess:
             adir = tmp_path / name
             p = spawn_shim(
                 adir, tmp_path, ["sh", "-c", "awk '{print $19}' /proc/$$/stat; sleep 60"], _env(), None, 0.5,
@@ -271,8 +277,4 @@ def test_the_server_runs_at_its_agents_niceness_and_starts_again_at_a_new_one(tm
         _wait(lambda: os.getpriority(os.PRIO_PROCESS, server) == 1, "the new server at niceness 1")
         assert isinstance(spawn("next", 1), ForkedShim)
     finally:
-        for _, p in shims:
-            os.kill(p.pid, 15)
-        for _, p in shims:
-            _wait(lambda p=p: p.poll() is not None, "the shim to stop")
-        pool.close()
+        _stop(shims, pool)
