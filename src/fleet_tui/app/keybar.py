@@ -10,26 +10,32 @@ fifth less time (5.0-5.2 ms against 6.0-7.1 ms at 160x48). One widget renders th
 What it shows, from the screen's ``active_bindings`` as ``Footer`` does: each shown binding once
 per action, in order, dimmed when its action is not available now. Keys that do not fit the width
 are left out whole from the first that does not fit (not cut in the middle; every key is in the
-help); the pinned pair always shows. A click on a key presses
-it, as on ``Footer``. The line is rebuilt only when the keys it would show change: the screen
-refreshes its bindings on every focus change and on every return to it, changed or not.
+help); the pinned pair always shows. A click on a key presses it, as on ``Footer``. The line is
+rebuilt only when the keys it would show change: the screen refreshes its bindings on every focus
+change and on every return to it, changed or not.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.screen import Screen
 from textual.widget import Widget
 
-#: (key, shown as, description): always at the right end, whatever the width
-PINNED: tuple[tuple[str, str, str], ...] = (("question_mark", "?", "help"), ("q", "q", "quit"))
-
 #: (key, shown as, description, enabled) for each key of the line
 Key = tuple[str, str, str, bool]
+
+#: always at the right end, whatever the width
+PINNED: tuple[Key, ...] = (("question_mark", "?", "help", True), ("q", "q", "quit", True))
+
+
+def _width(key: Key) -> int:
+    """Cells a key takes on the line: what it is shown as, a space, its description."""
+    return cell_len(key[1]) + 1 + cell_len(key[2])
 
 
 class KeyBar(Widget, can_focus=False):
@@ -58,7 +64,7 @@ class KeyBar(Widget, can_focus=False):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._keys: tuple[Key, ...] = ()
-        #: where each drawn key sits on the line: (first column, past its last column, key)
+        #: where each drawn key sits on the line: (first column, past its last one, key, enabled)
         self._spans: list[tuple[int, int, str, bool]] = []
 
     def on_mount(self) -> None:
@@ -91,9 +97,7 @@ class KeyBar(Widget, can_focus=False):
         key_style = self.get_component_rich_style("keybar--key")
         text_style = self.get_component_rich_style("keybar--description")
         dim = Style(dim=True)
-        pinned = [(k, shown, what, True) for k, shown, what in PINNED]
-        pinned_width = sum(1 + len(shown) + 1 + len(what) for _, shown, what, _ in pinned)
-        room = self.size.width - pinned_width
+        room = self.size.width - sum(1 + _width(key) for key in PINNED)
         line = Text(no_wrap=True, overflow="crop", end="")
         self._spans = []
 
@@ -109,11 +113,11 @@ class KeyBar(Widget, can_focus=False):
 
         for key in self._keys:  # one space between keys
             gap = " " if line.cell_len else ""
-            if line.cell_len + len(gap) + Text(key[1]).cell_len + 1 + len(key[2]) > room:
+            if line.cell_len + len(gap) + _width(key) > room:
                 break  # this key and those after it are left out whole (all are in the help)
             add(key, gap, "")
         line.append(" " * max(0, room - line.cell_len))
-        for key in pinned:
+        for key in PINNED:
             add(key, " ", "")
         return line
 

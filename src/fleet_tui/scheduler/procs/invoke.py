@@ -281,16 +281,12 @@ class ShimPool:
                 return None
             if nice != self.nice:  # its shims cannot lower theirs: a new server, at this one
                 self.nice = nice
-                p.kill()
-                self.server = None
-                self._let_go()
+                self._drop(p)
                 return None
             for _ in range(self.AHEAD + 1):
                 got = self._waiting()
                 if got is None:  # the server is gone: start this one directly, and a new server
-                    p.kill()
-                    self.server = None
-                    self._let_go()
+                    self._drop(p)
                     return None
                 pid, ticks, job_w, done_r = got
                 taken = _hand_over(job_w, frame, self.ANSWER_S)
@@ -301,6 +297,12 @@ class ShimPool:
                 os.close(done_r)
                 # that shim died before it took the job (someone killed it): the next one
             return None
+
+    def _drop(self, p: subprocess.Popen[bytes]) -> None:
+        """Be done with server ``p`` (under the lock): the next ``fill`` starts a new one."""
+        p.kill()
+        self.server = None
+        self._let_go()
 
     def close(self) -> None:
         with self._lock:
