@@ -9,6 +9,7 @@ sequence numbers ignored, fenced appends refused after a lost claim).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sqlite3
@@ -147,3 +148,49 @@ def test_a_new_file_stores_1000_byte_lines_within_1_3x_their_bytes(tmp_path: Pat
     SqliteStore(str(empty)).close()
     # the bytes the events take, beyond an empty store's fixed tables
     assert size - os.path.getsize(empty) <= 1.3 * raw, (size, raw)
+
+
+def test_an_events_payload_holds_the_fields_beyond_its_columns_and_reads_back_whole() -> None:
+    """The payload a stored event carries: every set field beyond the columns, usage and rate
+    limit as flat objects in field order (what every stored event has held), nothing unset; and
+    the row reads back as the same event."""
+    from dataclasses import asdict
+
+    from fleet_tui.scheduler.model import RateLimit, Usage
+    from fleet_tui.scheduler.store.protocol import event_from_row
+
+    ev = Event(
+        "t-1",
+        2,
+        7,
+        NOW,
+        "tool_result",
+        text="3 passed",
+        tool="Bash",
+        tool_input={"command": "pytest -q"},
+        is_error=True,
+        usage=Usage(10, 20, 3, 4),
+        rate_limit=RateLimit("claude", "allowed", 0.4, NOW + 60),
+        session_id="s-1",
+        raw={"type": "user"},
+    )
+    payload = event_payload(ev)
+    assert json.loads(payload) == {
+        "tool": "Bash",
+        "tool_input": {"command": "pytest -q"},
+        "is_error": True,
+        "usage": asdict(Usage(10, 20, 3, 4)),
+        "rate_limit": asdict(RateLimit("claude", "allowed", 0.4, NOW + 60)),
+        "session_id": "s-1",
+        "raw": {"type": "user"},
+    }
+    assert list(json.loads(payload)["usage"]) == [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_creation_tokens",
+    ]
+    assert event_from_row(ev.task_id, ev.attempt, ev.seq, ev.ts, ev.kind, ev.text, payload) == ev
+    bare = Event("t-1", 1, 0, NOW, "text", text="hi")
+    assert event_payload(bare) == "{}"
+    assert event_from_row("t-1", 1, 0, NOW, "text", "hi", event_payload(bare)) == bare

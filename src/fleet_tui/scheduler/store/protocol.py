@@ -129,22 +129,29 @@ def spec_from_json(text: str) -> TaskSpec:
     if isinstance(d.get("network"), list):
         d["network"] = tuple(d["network"])
     d["env"] = tuple(tuple(p) for p in d.get("env") or ())
-    known = {f.name for f in fields(TaskSpec)}
-    return TaskSpec(**{k: v for k, v in d.items() if k in known})
+    return TaskSpec(**{k: v for k, v in d.items() if k in _SPEC_FIELDS})
+
+
+#: the dataclasses' field names, read once: these run for every task read and every event
+#: written or read (thousands a second from a loud fleet), and ``fields`` builds its tuple anew
+_SPEC_FIELDS = frozenset(f.name for f in fields(TaskSpec))
+_EVENT_FIELDS = frozenset(f.name for f in fields(Event))
+#: an event's fields beyond its columns (task_id, attempt, seq, ts, kind, text): its payload
+_EVENT_EXTRA = tuple(
+    f.name for f in fields(Event) if f.name not in ("task_id", "attempt", "seq", "ts", "kind", "text")
+)
 
 
 def event_payload(e: Event) -> str:
     """The event's fields beyond (task_id, attempt, seq, ts, kind, text) as JSON."""
     d: dict[str, Any] = {}
-    for f in fields(Event):
-        if f.name in ("task_id", "attempt", "seq", "ts", "kind", "text"):
-            continue
-        v = getattr(e, f.name)
+    for name in _EVENT_EXTRA:
+        v = getattr(e, name)
         if v is None or v is False:
             continue
-        if isinstance(v, Usage | RateLimit):
-            v = asdict(v)
-        d[f.name] = v
+        if isinstance(v, Usage | RateLimit):  # flat: their fields, in order (``asdict`` copies deep)
+            v = dict(vars(v))
+        d[name] = v
     return json.dumps(d, default=str)
 
 
@@ -156,8 +163,7 @@ def event_from_row(
         d["usage"] = Usage(**d["usage"])
     if "rate_limit" in d and isinstance(d["rate_limit"], dict):
         d["rate_limit"] = RateLimit(**d["rate_limit"])
-    known = {f.name for f in fields(Event)}
-    d = {k: v for k, v in d.items() if k in known}
+    d = {k: v for k, v in d.items() if k in _EVENT_FIELDS}
     return Event(task_id=task_id, attempt=attempt, seq=seq, ts=ts, kind=kind, text=text, **d)
 
 
