@@ -15,7 +15,7 @@ from textual.geometry import Region
 from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
-from fleet_tui.app.stream import MAX_LINES
+from fleet_tui.app.stream import MAX_LINES, UNDRAWN
 from fleet_tui.scheduler.model import (
     AgentEvent,
     Event,
@@ -408,6 +408,30 @@ async def test_detail_screen_and_log_search() -> None:
         assert len(log.lines) == 2
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, DetailScreen))
+
+
+async def test_the_stream_draws_the_lines_in_view_and_the_others_when_scrolled_to() -> None:
+    """A fill of 200 events draws the screenful at the end of the log, which the pane shows; a
+    line above it is drawn when it is scrolled into view, with the text of its own event."""
+    engine = sc.several_running()
+    engine.events_by_task["t-0002"] = [
+        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}") for i in range(200)
+    ]
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        app.queue.go_bottom()
+        await pilot.pause()
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
+        stream = app.stream
+        assert len(stream.lines) == 200
+        undrawn = [i for i, line in enumerate(stream.lines) if line is UNDRAWN]
+        assert undrawn and len(undrawn) >= 200 - SIZE[1], "every line was drawn, not only those in view"
+        assert "line 199" in stream.lines[-1].text
+        stream.scroll_home(animate=False, immediate=True)
+        await wait_for(pilot, lambda: stream.lines[0] is not UNDRAWN, "the top line drawn")
+        assert "line 000" in stream.lines[0].text and "line 001" in stream.lines[1].text
+        assert stream.lines[150] is UNDRAWN  # never shown, never drawn
 
 
 async def test_stream_is_batched_and_capped() -> None:

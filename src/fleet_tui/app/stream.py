@@ -8,7 +8,10 @@ measure, wrap, split and copy each line twice more, on the app's loop, for every
 The log keeps a bounded number of lines (the full history is in ``fleet-tui logs`` and the detail
 screen), and the events behind them: a line is cut to the pane's width when written, so when the
 width changes (the terminal resized, or the first layout settling after the fill) every kept line is
-rendered again at the new width rather than staying cut at the old one. When the selection changes the pane is
+rendered again at the new width rather than staying cut at the old one. Only the lines in view are
+drawn when written (the end of the log, which the pane follows); the others are drawn when first
+scrolled to: a fill of 200 events drew all 200, ~7 ms of the cockpit's thread (twice that while the
+hosted engine competes for the interpreter) for the ~20 on screen. When the selection changes the pane is
 cleared at once and filled from the engine's stored events only after the screen has been refreshed
 (so a cursor move is on screen without waiting for the read and 200 lines drawn, and a key held down
 reads only where the cursor rests), then follows live ones, dropping any the fill already showed (by
@@ -18,7 +21,7 @@ attempt and sequence number).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from rich.style import Style
 from rich.text import Text
@@ -34,6 +37,9 @@ from fleet_tui.scheduler.model import Event
 
 MAX_LINES = 2000
 FILL_LIMIT = 200  # a screenful or four; the detail screen and `fleet-tui logs` have the rest
+
+#: a kept line not drawn yet: ``StreamLog._render_line`` draws it from the event behind it
+UNDRAWN = Strip([])
 
 
 class StreamLog(RichLog):
@@ -139,7 +145,7 @@ class StreamLog(RichLog):
         """A line of the cockpit's own (kept like the events, so a resize renders it again)."""
         self._shown.append(text)
         if self._size_known:
-            self._append([self._strip(Text(text))])
+            self._append([text], self._line_width())
 
     def _line_width(self) -> int:
         return max(self.scrollable_content_region.width or 120, 20)
@@ -163,8 +169,7 @@ class StreamLog(RichLog):
             return
         self._shown.extend(fresh)
         if self._size_known:  # else they are rendered when the pane first learns its size (``on_resize``)
-            kept = fresh[-self.max_lines :] if self.max_lines else fresh
-            self._append([self._strip(event_line(ev, width, self._styles)) for ev in kept])
+            self._append(fresh[-self.max_lines :] if self.max_lines else fresh, width)
         self.flushes += 1
 
     def on_resize(self, event: Resize) -> None:
@@ -177,10 +182,9 @@ class StreamLog(RichLog):
         """Every kept line again, cut to the pane's width now (the scroll stays where it was
         unless it followed the end)."""
         width = self._width = self._line_width()
-        strips = [self._strip(self._line(item, width)) for item in self._shown]
         self.clear()
-        if strips:
-            self._append(strips)
+        if self._shown:
+            self._append(list(self._shown), width)
 
     @property
     def rich_style(self) -> Style:
@@ -202,16 +206,28 @@ class StreamLog(RichLog):
             line.expand_tabs(self.app.console.tab_size)
         return Strip(line.render(self.app.console), line.cell_len)
 
-    def _append(self, strips: list[Strip]) -> None:
-        """``RichLog.write``'s bookkeeping for lines already rendered: the lines kept (the oldest
+    def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
+        if y < len(self.lines) and self.lines[y] is UNDRAWN:  # scrolled to: drawn now, once
+            # ``_shown`` keeps the items behind the kept lines, in the same order, to the same cap
+            self.lines[y] = self._strip(self._line(self._shown[y - len(self.lines)], self._width))
+        return super()._render_line(y, scroll_x, width)
+
+    def _append(self, items: Sequence[Event | str], width: int) -> None:
+        """``RichLog.write``'s bookkeeping for lines cut to ``width``: the lines kept (the oldest
         dropped past ``max_lines``), the widest line, the virtual size, the scroll to the end
-        (textual is pinned in pyproject.toml: this follows its ``RichLog.write``)."""
+        (textual is pinned in pyproject.toml: this follows its ``RichLog.write``). The last
+        screenful is drawn now, the lines above it when first shown (``UNDRAWN``): each is at
+        most ``width`` cells, which is what the widest is taken to be then."""
+        drawn = max(self.size.height, 1)
+        undrawn = max(len(items) - drawn, 0)
+        strips = [UNDRAWN] * undrawn + [self._strip(self._line(item, width)) for item in items[undrawn:]]
         self.lines.extend(strips)
         if self.max_lines is not None and len(self.lines) > self.max_lines:
             self._start_line += len(self.lines) - self.max_lines
             self.refresh()
             self.lines = self.lines[-self.max_lines :]
-        self._widest_line_width = max(self._widest_line_width, max(s.cell_length for s in strips))
+        widest = width if undrawn else max(s.cell_length for s in strips)
+        self._widest_line_width = max(self._widest_line_width, widest)
         self.virtual_size = Size(self._widest_line_width, len(self.lines))
         if self.auto_scroll:
             self.scroll_end(animate=False, immediate=False, x_axis=False)
