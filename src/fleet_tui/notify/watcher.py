@@ -187,8 +187,10 @@ class Watcher:
     def _feed_loops(self, e: Event) -> None:
         if e.task_id not in self.engine.runners:
             return
-        c = self.cfg
-        self.loops.limits = LoopLimits(same_call=c.loop_same_call, output_tokens=c.loop_output_tokens)
+        c, limits = self.cfg, self.loops.limits
+        # the config's limits, which a reload may change; not a new object for every event
+        if (limits.same_call, limits.output_tokens) != (c.loop_same_call, c.loop_output_tokens):
+            self.loops.limits = LoopLimits(same_call=c.loop_same_call, output_tokens=c.loop_output_tokens)
         reason = self.loops.feed(e)
         if reason:
             self._stop_looping(e.task_id, reason)
