@@ -136,6 +136,8 @@ def spec_from_json(text: str) -> TaskSpec:
 #: written or read (thousands a second from a loud fleet), and ``fields`` builds its tuple anew
 _SPEC_FIELDS = frozenset(f.name for f in fields(TaskSpec))
 _EVENT_FIELDS = frozenset(f.name for f in fields(Event))
+#: ``json.dumps(..., default=str)`` without making a new encoder for every event
+_PAYLOAD_JSON = json.JSONEncoder(default=str)
 #: an event's fields beyond its columns (task_id, attempt, seq, ts, kind, text): its payload
 _EVENT_EXTRA = tuple(
     f.name for f in fields(Event) if f.name not in ("task_id", "attempt", "seq", "ts", "kind", "text")
@@ -152,7 +154,7 @@ def event_payload(e: Event) -> str:
         if isinstance(v, Usage | RateLimit):  # flat: their fields, in order (``asdict`` copies deep)
             v = dict(vars(v))
         d[name] = v
-    return json.dumps(d, default=str)
+    return _PAYLOAD_JSON.encode(d) if d else "{}"  # most events carry nothing beyond their text
 
 
 def event_from_row(
