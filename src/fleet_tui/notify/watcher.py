@@ -139,7 +139,10 @@ class Watcher:
                 async for batch in self.engine.subscribe():
                     await self._sync_targets()
                     for ee in batch:
-                        await self.handle(ee)
+                        if isinstance(ee, AgentEvent):  # thousands a second: no coroutine for each
+                            self._feed_loops(ee.event)
+                        else:
+                            await self.handle(ee)
             finally:
                 # the engine stops (``run --until-idle`` right after the last transition): what
                 # it did last may still sit unread on the bus, and sends may be under way
