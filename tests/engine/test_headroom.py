@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fleet_tui.scheduler.policy import headroom
 from fleet_tui.scheduler.policy.headroom import (
     GIB,
     MIB,
@@ -20,6 +21,7 @@ from fleet_tui.scheduler.policy.headroom import (
     read_headroom,
     read_mem_available,
     tree_memory,
+    trees_memory,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -330,6 +332,41 @@ def test_tree_memory_counts_descendants() -> None:
             proc.stdin.close()
         proc.wait(timeout=30)
     assert tree_memory(proc.pid) is None  # reaped: gone
+
+
+def test_every_agents_tree_is_measured_from_one_scan_of_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``trees_memory``: a tree's RSS with its descendants, as ``tree_memory`` measures it,
+    for several trees at once from one scan of /proc; None for a pid that is gone."""
+    scans: list[int] = []
+    scan = headroom.proctree.children_map
+
+    def counted() -> dict[int, list[int]]:
+        scans.append(1)
+        return scan()
+
+    monkeypatch.setattr(headroom.proctree, "children_map", counted)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=30)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        child_pid = int(proc.stdout.readline())
+        parent, child = psutil.Process(proc.pid), psutil.Process(child_pid)
+        low = parent.memory_info().rss + child.memory_info().rss
+        whole, gone, lone = trees_memory([proc.pid, dead.pid, child_pid])
+        high = parent.memory_info().rss + child.memory_info().rss
+        assert scans == [1]
+        assert whole is not None and 0.9 * low <= whole <= 1.1 * high  # both processes, once each
+        assert gone is None
+        assert lone is not None and lone < whole
+        assert trees_memory([]) == [] and scans == [1]
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(timeout=30)
+    assert trees_memory([proc.pid]) == [None]  # reaped: gone
 
 
 def test_tree_memory_of_missing_pid_is_none() -> None:

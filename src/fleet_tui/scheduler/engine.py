@@ -59,7 +59,7 @@ from fleet_tui.scheduler.model import (
 from fleet_tui.scheduler.onloop import LoopPost
 from fleet_tui.scheduler.planner import TRANSIENT_GATES, Plan, Planner, settled
 from fleet_tui.scheduler.policy.gate import GateConfig
-from fleet_tui.scheduler.policy.headroom import Headroom, MemoryModel, read_headroom, tree_memory
+from fleet_tui.scheduler.policy.headroom import Headroom, MemoryModel, read_headroom, trees_memory
 from fleet_tui.scheduler.policy.outcome import Policy
 from fleet_tui.scheduler.policy.review import make_reviewer
 from fleet_tui.scheduler.policy.verify import AgentReviewer
@@ -712,13 +712,13 @@ class Engine(Controller):
     ) -> tuple[Config | None, str | None, Headroom, list[int | None]]:
         """What a housekeeping tick reads, in one worker call (an idle engine's second costs one
         hand-over): the database file still there (raises StoreError when it was deleted or
-        replaced under us), the config file, the machine's headroom, the agents' memory (each
-        tree a walk of /proc)."""
+        replaced under us), the config file, the machine's headroom, the agents' memory (one
+        scan of /proc for every tree)."""
         check = getattr(self.resilient.inner, "check_file", None)
         if check is not None:
             check()
         new_cfg, err = self._watcher.poll() if self._watcher is not None and not first else (None, None)
-        return new_cfg, err, self._read_headroom(), [tree_memory(pid) for pid in pids]
+        return new_cfg, err, self._read_headroom(), trees_memory(pids)
 
     async def _tick_housekeeping(self, first: bool = False) -> None:
         self._hk_n = getattr(self, "_hk_n", 0) + 1

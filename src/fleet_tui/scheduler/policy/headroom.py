@@ -30,6 +30,8 @@ from typing import Literal
 
 import psutil
 
+from fleet_tui.scheduler.procs import proctree
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -354,6 +356,44 @@ def tree_memory(
         return None
     except psutil.AccessDenied:
         return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def trees_memory(pids: Iterable[int]) -> list[int | None]:
+    """``tree_memory(pid)`` of each of ``pids`` (RSS, the root included), from one scan of /proc.
+
+    Why: the engine measures every running agent's tree on the same tick, and psutil's
+    ``children`` scans the whole of /proc for each: 32 agents on a machine of 500 processes
+    made 16,000 file reads a tick (5 % of a loud fleet's engine). Here the processes' parents
+    are read once, then each tree's resident pages (``/proc/PID/statm``, as psutil reads them).
+    None for a pid that is gone or a zombie, or whose tree cannot be read whole (another
+    user's process: a partial sum would understate)."""
+    pids = list(pids)
+    if not pids:
+        return []
+    kids = proctree.children_map()
+    return [_tree_rss(pid, kids) for pid in pids]
+
+
+def _tree_rss(root: int, kids: Mapping[int, list[int]]) -> int | None:
+    if proctree.proc_state(root) in (None, "Z", "X"):
+        return None  # gone, or exited and not yet reaped: its memory is gone
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * _PAGE
+        except (FileNotFoundError, ProcessLookupError):
+            if pid == root:
+                return None
+            continue  # a child exited between the scan and the read
+        except (OSError, ValueError, IndexError):
+            return None
+        stack.extend(kids.get(pid, ()))
+    return total
 
 
 Source = Literal["measured", "assumed"]
