@@ -269,3 +269,17 @@ def test_an_attempt_folder_is_made_in_a_new_home_and_beside_earlier_ones(tmp_pat
     _make_attempt_dir(second)
     _make_attempt_dir(first)  # made again (an adopted attempt): nothing in it is lost
     assert second.is_dir() and (first / "keep").read_text() == "x"
+
+
+def test_a_process_is_alive_while_it_runs_and_not_once_it_is_a_zombie_or_gone() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    ticks = proctree.proc_start_ticks(p.pid)
+    assert ticks is not None
+    assert proctree.alive(p.pid, ticks) and proctree.alive(p.pid, None)
+    assert not proctree.alive(p.pid, ticks - 1)  # another process under a reused pid
+    assert p.stdin is not None
+    p.stdin.close()
+    wait_for(lambda: proctree.proc_state(p.pid) == "Z", 10, what="the zombie (exited, not reaped)")
+    assert not proctree.alive(p.pid, ticks) and not proctree.alive(p.pid, None)
+    p.wait(timeout=10)
+    assert not proctree.alive(p.pid, ticks)

@@ -60,11 +60,12 @@ def proc_state(pid: int) -> str | None:
 
 
 def alive(pid: int, ticks: int | None) -> bool:
-    """True when ``pid`` runs and is the same process (same start time), not a zombie."""
-    now = proc_start_ticks(pid)
-    if now is None or (ticks is not None and now != ticks):
+    """True when ``pid`` runs and is the same process (same start time), not a zombie (one read
+    of its stat: a runner asks for every batch of its agent's output)."""
+    rest = _stat_fields(pid)
+    if rest is None or len(rest) < 20 or rest[0] in (b"Z", b"X"):
         return False
-    return proc_state(pid) not in ("Z", "X", None)
+    return ticks is None or rest[19] == b"%d" % ticks  # the start time, a plain decimal
 
 
 def _all_stats() -> list[tuple[int, list[bytes]]]:
