@@ -434,6 +434,27 @@ async def test_the_stream_draws_the_lines_in_view_and_the_others_when_scrolled_t
         assert stream.lines[150] is UNDRAWN  # never shown, never drawn
 
 
+async def test_live_lines_wait_while_a_dialog_covers_the_panes_and_come_after_it_closes() -> None:
+    """Closing a dialog is drawn without the live lines that came while it was open (under a
+    loud fleet they made every close a redraw of the stream); they follow a frame later."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
+        filled = len(app.stream.lines)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        engine.push(AgentEvent(Event("t-0002", 2, 10, sc.NOW, "text", text="while covered")))
+        await wait_for(pilot, lambda: app.stream.pending, "the line buffered")
+        app._frame()  # the live frame's timer firing while the help is open
+        assert len(app.stream.lines) == filled and app.stream.pending
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.stream.lines) == filled + 1, "the held line drawn")
+        assert "while covered" in app.stream.lines[-1].text and not app.stream.pending
+
+
 async def test_stream_is_batched_and_capped() -> None:
     engine = sc.several_running()
     app = sc.make_app(engine)

@@ -184,6 +184,7 @@ class FleetApp(WheelKeys, App[None]):
         self._tasks_version = 0
         self._stream_titles: tuple[str, str] = ("", "")
         self._frame_pending = False
+        self._frame_held = False  # a live frame that waits for the main screen (``_frame``)
         self._header_for: tuple[object, ...] = ()
         self._header_pending = False
         self._header_at = -1.0
@@ -369,8 +370,23 @@ class FleetApp(WheelKeys, App[None]):
 
     def _frame(self) -> None:
         self._frame_pending = False
+        if self.screen is not self.screen_stack[0]:
+            # a dialog or the detail screen covers the panes: their live lines and cells wait
+            # (drawn beneath a see-through dialog they cost a redraw of the whole cockpit a
+            # frame), and are drawn in a frame after the one that uncovers them, so closing the
+            # dialog is on screen without waiting for them (``MainScreen.on_screen_resume``)
+            self._frame_held = True
+            return
         self.stream.flush()
         self.queue.repaint_changed()
+
+    def uncovered(self) -> None:
+        """The main screen is on top again: the live frame held while it was covered, if any,
+        in the frame after this one."""
+        if self._frame_held:
+            self._frame_held = False
+            self._frame_pending = True
+            self.call_after_refresh(self._frame)
 
     def _header_due(self) -> None:
         self._header_pending = False
