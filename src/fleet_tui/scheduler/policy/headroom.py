@@ -358,7 +358,7 @@ def tree_memory(
         return None
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PAGE = os.sysconf("SC_PAGE_SIZE")  # /proc/PID/statm counts pages
 
 
 def trees_memory(pids: Iterable[int]) -> list[int | None]:

@@ -115,6 +115,18 @@ def new_id(prefix: str = "t") -> str:
     return f"{prefix}-{ms & 0xFFFFFFFF:08x}{n:02x}{secrets.token_hex(2)}"
 
 
+#: the dataclasses' field names, read once: these run for every task read and every event
+#: written or read (thousands a second from a loud fleet), and ``fields`` builds its tuple anew
+_SPEC_FIELDS = frozenset(f.name for f in fields(TaskSpec))
+_EVENT_FIELDS = frozenset(f.name for f in fields(Event))
+#: ``json.dumps(..., default=str)`` without making a new encoder for every event
+_PAYLOAD_JSON = json.JSONEncoder(default=str)
+#: an event's fields beyond its columns (task_id, attempt, seq, ts, kind, text): its payload
+_EVENT_EXTRA = tuple(
+    f.name for f in fields(Event) if f.name not in ("task_id", "attempt", "seq", "ts", "kind", "text")
+)
+
+
 def spec_to_json(spec: TaskSpec) -> str:
     return json.dumps(asdict(spec), sort_keys=True)
 
@@ -130,18 +142,6 @@ def spec_from_json(text: str) -> TaskSpec:
         d["network"] = tuple(d["network"])
     d["env"] = tuple(tuple(p) for p in d.get("env") or ())
     return TaskSpec(**{k: v for k, v in d.items() if k in _SPEC_FIELDS})
-
-
-#: the dataclasses' field names, read once: these run for every task read and every event
-#: written or read (thousands a second from a loud fleet), and ``fields`` builds its tuple anew
-_SPEC_FIELDS = frozenset(f.name for f in fields(TaskSpec))
-_EVENT_FIELDS = frozenset(f.name for f in fields(Event))
-#: ``json.dumps(..., default=str)`` without making a new encoder for every event
-_PAYLOAD_JSON = json.JSONEncoder(default=str)
-#: an event's fields beyond its columns (task_id, attempt, seq, ts, kind, text): its payload
-_EVENT_EXTRA = tuple(
-    f.name for f in fields(Event) if f.name not in ("task_id", "attempt", "seq", "ts", "kind", "text")
-)
 
 
 def event_payload(e: Event) -> str:
