@@ -382,11 +382,12 @@ class FleetApp(WheelKeys, App[None]):
 
     def uncovered(self) -> None:
         """The main screen is on top again: the live frame held while it was covered, if any,
-        in the frame after this one."""
+        a frame's time later (``call_after_refresh`` ran it before the uncovering frame was
+        drawn in a third of the closes under a loud fleet, which then drew the stream too)."""
         if self._frame_held:
             self._frame_held = False
             self._frame_pending = True
-            self.call_after_refresh(self._frame)
+            self.set_timer(FRAME_SECONDS, self._frame)
 
     def _header_due(self) -> None:
         self._header_pending = False
