@@ -11,8 +11,10 @@ enough" and says so. Everything here is synchronous and does file I/O or walks p
 the engine calls it through ``anyio.to_thread``. The roots are parameters so tests feed fake
 ``/proc`` and cgroup trees.
 
-``tree_memory`` measures one agent's process tree and ``MemoryModel`` learns, per coder, how
-much one agent needs (median of recent measurements, an assumed figure until the first one).
+``trees_memory`` measures the running agents' process trees (one scan of /proc for all of
+them; ``tree_memory`` measures one, with psutil, optionally by unique pages or checked against a
+start time) and ``MemoryModel`` learns, per coder, how much one agent needs (median of recent
+measurements, an assumed figure until the first one).
 """
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
+#: the process's start time (clock ticks since boot) among ``_stat_fields``: field 22 of the stat
+_START = 19
+
+
 def _stat_fields(pid: int | str) -> list[bytes] | None:
     """The fields of /proc/PID/stat after the command name (state is field 0, ppid 1, pgrp 2)."""
     try:
@@ -48,7 +52,7 @@ def proc_start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
     rest = _stat_fields(pid)
     try:
-        return int(rest[19]) if rest is not None else None
+        return int(rest[_START]) if rest is not None else None
     except (IndexError, ValueError):
         return None
 
@@ -63,9 +67,9 @@ def alive(pid: int, ticks: int | None) -> bool:
     """True when ``pid`` runs and is the same process (same start time), not a zombie (one read
     of its stat: a runner asks for every batch of its agent's output)."""
     rest = _stat_fields(pid)
-    if rest is None or len(rest) < 20 or rest[0] in (b"Z", b"X"):
+    if rest is None or len(rest) <= _START or rest[0] in (b"Z", b"X"):
         return False
-    return ticks is None or rest[19] == b"%d" % ticks  # the start time, a plain decimal
+    return ticks is None or rest[_START] == b"%d" % ticks  # a plain decimal
 
 
 def _all_stats() -> list[tuple[int, list[bytes]]]:
@@ -107,7 +111,7 @@ def group_members(pgid: int, since_ticks: int | None = None) -> list[Proc]:
     out: list[Proc] = []
     for pid, rest in _all_stats():
         try:
-            pgrp, start = int(rest[2]), int(rest[19])
+            pgrp, start = int(rest[2]), int(rest[_START])
         except (IndexError, ValueError):
             continue
         if pgrp == pgid and (since_ticks is None or start >= since_ticks):
