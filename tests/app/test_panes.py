@@ -8,14 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.style import Style
 from textual.dom import DOMNode
 from textual.geometry import Region
 from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
-from fleet_tui.app.stream import MAX_LINES, UNDRAWN
+from fleet_tui.app.scrollbars import SteadyScrollBar
+from fleet_tui.app.stream import FILL_LIMIT, MAX_LINES, UNDRAWN
 from fleet_tui.scheduler.model import (
     AgentEvent,
     Event,
@@ -564,3 +565,42 @@ async def test_stream_says_why_it_follows_no_task() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.stream.lines, "a line in the stream")
         assert "No tasks yet" in app.stream.lines[0].text
+
+
+async def test_the_streams_scroll_bar_is_redrawn_only_when_it_would_look_different() -> None:
+    """A log long enough that its thumb is one cell keeps its scroll bar as drawn while it grows
+    at its end (textual redrew the bar for every line written); scrolling it home moves the thumb
+    and draws the bar again."""
+    long = 1200
+    engine = sc.several_running()
+    engine.events_by_task["t-0002"] = [
+        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:04d}") for i in range(FILL_LIMIT)
+    ]
+    app = sc.make_app(engine)
+    async with app.run_test(size=(160, 48)) as pilot:  # wide: the stream has its bar
+        await wait_for(pilot, lambda: engine.subscribers)
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
+        # past a screen's height squared, the thumb is one cell: more lines do not move it
+        more = [Event("t-0002", 2, n, sc.NOW, "text", text=f"line {n}") for n in range(FILL_LIMIT, long)]
+        engine.push(*(AgentEvent(e) for e in more))
+        bar = app.stream.vertical_scrollbar
+        assert isinstance(bar, SteadyScrollBar)
+        await wait_for(pilot, lambda: bar.display and bar.window_virtual_size == long, "the bar shown")
+        assert bar.window_size**2 < long
+        drawn = bar.render
+        renders: list[object] = []
+
+        def counted() -> RenderableType:
+            renders.append(bar.appearance())
+            return drawn()
+
+        bar.render = counted  # type: ignore[method-assign]
+        for seq in range(long, long + 30):  # the one-cell thumb stays at the end
+            engine.push(AgentEvent(Event("t-0002", 2, seq, sc.NOW, "text", text=f"line {seq}")))
+            await wait_for(pilot, lambda: f"line {seq}" in app.stream.lines[-1].text, "the line drawn")  # noqa: B023
+        assert bar.window_virtual_size == long + 30
+        assert bar.reused > 0 and renders == []
+        app.stream.scroll_home(animate=False, immediate=True)
+        await wait_for(pilot, lambda: renders, "the bar drawn again, its thumb at the top")
+        assert bar.position == 0

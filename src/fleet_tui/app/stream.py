@@ -28,10 +28,12 @@ from rich.text import Text
 from textual.events import Resize
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import RichLog
 
 from fleet_tui.app.format import event_line, inert
+from fleet_tui.app.scrollbars import steady_scrollbar
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.scheduler.model import Event
 
@@ -48,6 +50,15 @@ class StreamLog(RichLog):
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
     """As a widget's, but a longer log is no new layout: every line written used to reflow and
     repaint the whole screen; now only this pane and its scrollbar are redrawn."""
+
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Redrawn only when it would look different (scrollbars.py)."""
+        return steady_scrollbar(self, vertical=True)
+
+    @property
+    def horizontal_scrollbar(self) -> ScrollBar:
+        return steady_scrollbar(self, vertical=False)
 
     def watch_virtual_size(self, size: Size) -> None:
         self._scroll_update(size)
@@ -230,4 +241,7 @@ class StreamLog(RichLog):
         self._widest_line_width = max(self._widest_line_width, widest)
         self.virtual_size = Size(self._widest_line_width, len(self.lines))
         if self.auto_scroll:
-            self.scroll_end(animate=False, immediate=False, x_axis=False)
+            # now, not after the next refresh as ``RichLog.write`` does: the size is known here,
+            # and a deferred scroll drew the pane (and its bar) once more, in between, at the old
+            # position with the new length
+            self.scroll_end(animate=False, immediate=True, x_axis=False)

@@ -1,0 +1,95 @@
+"""A scroll bar that is redrawn only when what it shows changed.
+
+Why: a pane that follows a live log grows by a few lines every frame, and textual redraws its
+scroll bar on every change of the bar's figures (the log's length, the window, the position):
+under a loud agent that was the stream pane's bar, thirty-odd lines drawn through Rich and the
+styles cache ten times a second, ~1.8 ms each on this 2-core machine (a sixth of the cockpit's
+screen updates), for a thumb that moved by less than a cell, or (past ``MAX_LINES``, where the log
+stops growing) not at all. ``SteadyScrollBar`` keeps the lines it drew last and answers with them
+while its appearance is the same: its size, where its thumb starts and ends (in the eighths of a
+cell textual draws), its colours, styles, filters, hover and grab. (Skipping the bar's repaints
+would not do: textual also lays the bar out again, and so draws it, whenever its pane scrolls.)
+Everything else about it is textual's ``ScrollBar``.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+from typing import Any
+
+from textual.geometry import Region
+from textual.scrollbar import ScrollBar, ScrollBarRender
+from textual.strip import Strip
+from textual.widget import Widget
+
+#: the eighths of a cell textual's renderer draws a thumb's ends in
+_STEPS = len(ScrollBarRender.VERTICAL_BARS)
+
+
+class SteadyScrollBar(ScrollBar):
+    """``ScrollBar``, drawing its lines again only when they would look different."""
+
+    def __init__(self, vertical: bool = True, name: str | None = None, *, thickness: int = 1) -> None:
+        super().__init__(vertical, name, thickness=thickness)
+        self._drawn: tuple[tuple[Any, ...], list[Strip]] | None = None
+        self.reused = 0  # draws answered from the last one (for tests and benchmarks)
+
+    def appearance(self) -> tuple[Any, ...]:
+        """What the bar's drawing depends on (``ScrollBar.render`` and ``render_bar``)."""
+        parent = self.parent
+        styles = parent.styles if isinstance(parent, Widget) else self.styles
+        length = self.size.height if self.vertical else self.size.width
+        virtual, window = self.window_virtual_size, self.window_size
+        thumb: tuple[int, int] | None = None
+        if window and length and virtual and length != virtual and virtual != window:
+            thumb_size = max(1, window / (virtual / length))
+            start = int((length - thumb_size) * (self.position / (virtual - window)) * _STEPS)
+            thumb = (start, start + ceil(thumb_size * _STEPS))
+        return (
+            self.size,
+            thumb,
+            self.mouse_over,
+            self.grabbed,
+            styles.scrollbar_background,
+            styles.scrollbar_color,
+            styles.scrollbar_background_hover,
+            styles.scrollbar_color_hover,
+            styles.scrollbar_background_active,
+            styles.scrollbar_color_active,
+            parent.background_colors if isinstance(parent, Widget) else None,
+            self.styles._cache_key,
+            tuple(self.get_line_filters()),
+            self.app.current_theme.name,
+        )
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        if crop != self.size.region:  # a part of the bar: as textual draws it
+            return super().render_lines(crop)
+        key = self.appearance()
+        if self._drawn is not None and self._drawn[0] == key:
+            self.reused += 1
+            return list(self._drawn[1])
+        strips = super().render_lines(crop)
+        self._drawn = (key, list(strips))
+        return strips
+
+
+def steady_scrollbar(widget: Widget, vertical: bool) -> ScrollBar:
+    """``widget``'s vertical or horizontal scroll bar, made a ``SteadyScrollBar`` on first use.
+    For a widget's ``vertical_scrollbar`` and ``horizontal_scrollbar`` properties (textual's make
+    a ``ScrollBar`` the same way; a mixin class cannot carry them, as textual takes a widget's CSS
+    from its first base class only)."""
+    bar = widget._vertical_scrollbar if vertical else widget._horizontal_scrollbar
+    if bar is not None:
+        return bar
+    if vertical:
+        bar = widget._vertical_scrollbar = SteadyScrollBar(
+            vertical=True, name="vertical", thickness=widget.scrollbar_size_vertical
+        )
+    else:
+        bar = widget._horizontal_scrollbar = SteadyScrollBar(
+            vertical=False, name="horizontal", thickness=widget.scrollbar_size_horizontal
+        )
+    bar.display = False
+    widget.app._start_widget(widget, bar)
+    return bar
