@@ -604,3 +604,32 @@ async def test_the_streams_scroll_bar_is_redrawn_only_when_it_would_look_differe
         app.stream.scroll_home(animate=False, immediate=True)
         await wait_for(pilot, lambda: renders, "the bar drawn again, its thumb at the top")
         assert bar.position == 0
+
+
+async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_a_full_draw() -> None:
+    """Following a live agent, a frame draws the new line (and the border), not every line in
+    view again: the rows of the lines still in view are kept from the last draw, moved up. They
+    are the rows a full draw makes."""
+    engine = sc.several_running()
+    engine.events_by_task["t-0002"] = [
+        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}") for i in range(FILL_LIMIT)
+    ]
+    app = sc.make_app(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
+        stream = app.stream
+        await pilot.pause()
+        for seq in range(FILL_LIMIT, FILL_LIMIT + 5):
+            before = stream.rows_drawn
+            engine.push(AgentEvent(Event("t-0002", 2, seq, sc.NOW, "text", text=f"line {seq}")))
+            await wait_for(pilot, lambda: f"line {seq}" in stream.lines[-1].text, "the line drawn")  # noqa: B023
+            await wait_for(pilot, lambda: stream.rows_drawn > before, "the pane redrawn")  # noqa: B023
+            assert stream.rows_drawn - before == 1  # the new line; the others and the border are kept
+        full = stream.region.size.region
+        kept = stream.render_lines(full)
+        stream._rows.clear()
+        stream._styles_cache.clear()
+        assert stream.render_lines(full) == kept
+        assert "line 204" in kept[-2].text and "line 203" in kept[-3].text

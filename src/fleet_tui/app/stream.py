@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Self
 
 from rich.style import Style
 from rich.text import Text
@@ -65,6 +66,9 @@ class StreamLog(RichLog):
         self.refresh()
 
     def __init__(self, *, id: str | None = None, max_lines: int = MAX_LINES) -> None:
+        self._rows: dict[int, Strip] = {}  # a kept line's number -> its row as last drawn
+        self._rows_look: tuple[object, ...] | None = None  # what those rows were drawn with
+        self.rows_drawn = 0  # rows drawn through textual (tests, benchmarks)
         super().__init__(id=id, max_lines=max_lines, wrap=False, markup=False, highlight=False)
         self.task_id: str | None = None
         self._buffer: list[Event] = []
@@ -207,9 +211,69 @@ class StreamLog(RichLog):
     def render_lines(self, crop: Region) -> list[Strip]:
         self._pass_style = self.rich_style
         try:
-            return super().render_lines(crop)
+            return self._rows_for(crop)
         finally:
             self._pass_style = None
+
+    def clear(self) -> Self:
+        self._rows.clear()  # the kept lines are numbered from 0 again
+        return super().clear()
+
+    def _rows_for(self, crop: Region) -> list[Strip]:
+        """The pane's rows in ``crop``: each log line's row and the border's as drawn the last time
+        they were in view (a scroll moves the rows, it does not change them: following a live
+        agent, only the new lines at the end are drawn, not every line in view again); the others
+        (blank rows, a line not drawn yet) through textual. Anything else that changes how a row
+        looks (size, styles, focus, title, theme, filters) draws them all again."""
+        width, height = size = self.region.size  # with the border, as textual draws it
+        top, _, bottom, _ = self.styles.gutter
+        if crop.column_span != (0, width):
+            return super().render_lines(crop)
+        look = (
+            size,
+            self.scroll_offset.x,
+            self._pass_style,
+            self.background_colors,
+            self.styles._cache_key,
+            self.has_focus,
+            self.border_title,
+            self.border_subtitle,
+            tuple(self.get_line_filters()),
+            self.app.current_theme.name,
+        )
+        if look != self._rows_look:  # drawn otherwise now: none of the kept rows will do
+            self._rows.clear()
+            self._rows_look = look
+        first = self.scroll_offset.y - top + self._start_line  # the line on row 0, numbered for good
+        end = self._start_line + len(self.lines)
+
+        def line_of(y: int) -> int | None:
+            """Row ``y``'s key among the kept rows: its line's number, a border row's -1 - y."""
+            if not top <= y < height - bottom:
+                return -1 - y
+            n = first + y
+            return n if n < end else None
+
+        rows: list[Strip | None] = [
+            None if (n := line_of(y)) is None else self._rows.get(n) for y in crop.line_range
+        ]
+        i = 0
+        while i < len(rows):  # the rows not kept, a run at a time
+            if rows[i] is not None:
+                i += 1
+                continue
+            j = i
+            while j < len(rows) and rows[j] is None:
+                j += 1
+            self.rows_drawn += j - i
+            for y, strip in enumerate(super().render_lines(Region(0, crop.y + i, width, j - i)), crop.y + i):
+                rows[y - crop.y] = strip
+                if (n := line_of(y)) is not None:
+                    self._rows[n] = strip
+            i = j
+        if len(self._rows) > 2 * height:  # keep what is in view
+            self._rows = {n: r for n, r in self._rows.items() if n < 0 or first <= n < first + height}
+        return [r for r in rows if r is not None]  # (every row is drawn by now)
 
     def _strip(self, line: Text) -> Strip:
         """One event line (no newline: ``event_line`` folds them) as the strip ``write`` makes."""
