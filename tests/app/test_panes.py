@@ -12,6 +12,7 @@ from rich.console import Console, RenderableType
 from rich.style import Style
 from textual.dom import DOMNode
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
@@ -628,8 +629,20 @@ async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_
             await wait_for(pilot, lambda: stream.rows_drawn > before, "the pane redrawn")  # noqa: B023
             assert stream.rows_drawn - before == 1  # the new line; the others and the border are kept
         full = stream.region.size.region
-        kept = stream.render_lines(full)
-        stream._rows.clear()
-        stream._styles_cache.clear()
-        assert stream.render_lines(full) == kept
-        assert "line 204" in kept[-2].text and "line 203" in kept[-3].text
+
+        def same_as_a_full_draw() -> list[Strip]:
+            kept = stream.render_lines(full)
+            stream._rows.clear()
+            stream._styles_cache.clear()
+            assert stream.render_lines(full) == kept
+            return kept
+
+        rows = same_as_a_full_draw()
+        assert "line 204" in rows[-2].text and "line 203" in rows[-3].text
+        stream.scroll_home(animate=False, immediate=True)  # scrolled back: the first lines
+        await pilot.pause()
+        assert "line 000" in same_as_a_full_draw()[1].text
+        before = stream.rows_drawn
+        stream.focus()  # a focused pane's border is drawn in another colour: every row again
+        await wait_for(pilot, lambda: stream.rows_drawn - before >= full.height, "the pane drawn again")
+        same_as_a_full_draw()
