@@ -22,6 +22,7 @@ import anyio
 import pytest
 
 from fleet_tui.config import Config
+from fleet_tui.scheduler import engine as engine_mod
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import Decision, Snapshot, Task, TaskSpec
 from fleet_tui.scheduler.planner import Planner, gate_config, headroom_key, settled
@@ -691,3 +692,40 @@ async def test_short_hand_overs_take_one_thread_at_a_time(
     verified = replace(store.list_tasks()[0], spec=spec("v", verify=["true"]))
     assert engine._lane_for(worktree) is None and engine._lane_for(worktree, verdict=True) is None
     assert engine._lane_for(verified) is engine.lane and engine._lane_for(verified, verdict=True) is None
+
+
+async def test_a_quiet_engine_reads_the_machine_one_tick_in_five_until_a_task_is_queued(
+    tmp_path: Path, stores: Callable[[], SqliteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing running, starting or queued here (and no other engine's agents), the
+    housekeeping tick that reads the machine's headroom runs one time in ``QUIET_TICKS``; a task
+    queued here ends the quiet: the gate wants fresh readings again, every tick."""
+    monkeypatch.setattr(engine_mod, "HOUSEKEEPING_S", 0.02)  # the ticks come faster, not fewer
+    home = tmp_path / "home"
+    home.mkdir()
+    reads: list[float] = []
+
+    def headroom() -> Headroom:
+        reads.append(time.monotonic())
+        return plenty()
+
+    engine = Engine(stores(), home, config(), headroom=headroom, host="quiet")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while engine.quiet_ticks < 40:
+                await anyio.sleep(0.01)
+        # a read, then four ticks left out, and so on (a few reads before the engine was quiet)
+        skipped, n = engine.quiet_ticks, len(reads)
+        assert skipped // (engine_mod.QUIET_TICKS - 1) - 1 <= n <= skipped // (engine_mod.QUIET_TICKS - 1) + 5
+
+        stores().add_tasks([spec("gpu", requires=("gpu",))], time.time())  # queued, cannot start here
+        with anyio.fail_after(60):
+            while engine.planner.queued() != 1:
+                await anyio.sleep(0.01)
+            skipped, n = engine.quiet_ticks, len(reads)
+            while len(reads) < n + 12:
+                await anyio.sleep(0.01)
+        assert engine.quiet_ticks - skipped <= engine_mod.QUIET_TICKS - 1  # at most the run in progress
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()

@@ -86,6 +86,14 @@ IDLE_WAIT_S = 30.0
 PLAN_TICK_S = 1.0
 
 
+#: the housekeeping tick: the machine's headroom, the config file, the agents' memory, the snapshot
+HOUSEKEEPING_S = 1.0
+#: a quiet engine (nothing running, starting or queued here, no other engine's agents, nothing
+#: new to show) takes one tick in this many: no decision waits on the headroom then, and its
+#: readings (a dozen files of /proc and the cgroup, the config's stat) were half of an idle
+#: engine's CPU; a task queued, an agent started or a change to show ends the quiet at the next
+QUIET_TICKS = 5
+
 #: the longest an ended attempt's verdict waits for the start of the agent taking its slot
 START_FIRST_S = 0.05
 
@@ -199,6 +207,7 @@ class Engine(Controller):
         self.generation = 0
         self._commands_due = anyio.Event()
         self._snap_generation = -1
+        self.quiet_ticks = 0  # housekeeping ticks a quiet engine left out (benchmarks, tests)
         self._snap_at = 0.0
         self._reported_at = 0.0
         self._admitted: Plan | None = None
@@ -659,9 +668,27 @@ class Engine(Controller):
 
     # -- housekeeping: heartbeat, leases, headroom, config, snapshot ---------------------------
     async def _housekeeping_loop(self) -> None:
+        skipped = 0
         while True:
-            await anyio.sleep(1.0)
+            await anyio.sleep(HOUSEKEEPING_S)
+            if skipped + 1 < QUIET_TICKS and self._quiet():
+                skipped += 1
+                self.quiet_ticks += 1
+                continue
+            skipped = 0
             await self._tick_housekeeping()
+
+    def _quiet(self) -> bool:
+        """Nothing here would use a fresh housekeeping tick (``QUIET_TICKS``): no agent runs or
+        starts here, no task is queued here (none waits on the headroom), no other engine's
+        agent runs (an orphan to adopt), and the snapshot shows every change."""
+        return (
+            not self.runners
+            and not self._starting
+            and self.planner.queued() == 0
+            and self.generation == self._snap_generation
+            and not self._others_active()
+        )
 
     async def _lease_loop(self) -> None:
         """Keep the shims' lease files and the store's leases alive, on a wall-clock timer of its

@@ -225,6 +225,10 @@ class Planner:
             held = dict(self._held)
             self._view = replace(view, tasks=self._queue(), held=held, generation=self._generation)
 
+    def queued(self) -> int | None:
+        """How many tasks are queued here as of the last read (None: not read yet)."""
+        return len(self._tasks) if self._view is not None else None
+
     @property
     def token(self) -> int | None:
         """The store's change token as of the last read (wait on it for the next change)."""
