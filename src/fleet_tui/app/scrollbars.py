@@ -26,6 +26,19 @@ from textual.widget import Widget
 _STEPS = len(ScrollBarRender.VERTICAL_BARS)
 
 
+def styled(widget: Widget) -> tuple[Any, ...]:
+    """What any of ``widget``'s drawn rows depends on beyond its own figures: its styles (their
+    cache key moves with every change), its background, the app's line filters and theme. For a
+    widget that keeps rows it drew (``SteadyScrollBar``, the stream pane) to know when none will
+    do."""
+    return (
+        widget.styles._cache_key,
+        widget.background_colors,
+        tuple(widget.get_line_filters()),
+        widget.app.current_theme.name,
+    )
+
+
 class SteadyScrollBar(ScrollBar):
     """``ScrollBar``, drawing its lines again only when they would look different."""
 
@@ -57,9 +70,7 @@ class SteadyScrollBar(ScrollBar):
             styles.scrollbar_background_active,
             styles.scrollbar_color_active,
             parent.background_colors if isinstance(parent, Widget) else None,
-            self.styles._cache_key,
-            tuple(self.get_line_filters()),
-            self.app.current_theme.name,
+            *styled(self),
         )
 
     def render_lines(self, crop: Region) -> list[Strip]:

@@ -34,7 +34,7 @@ from textual.strip import Strip
 from textual.widgets import RichLog
 
 from fleet_tui.app.format import event_line, inert
-from fleet_tui.app.scrollbars import steady_scrollbar
+from fleet_tui.app.scrollbars import steady_scrollbar, styled
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.scheduler.model import Event
 
@@ -233,13 +233,10 @@ class StreamLog(RichLog):
             size,
             self.scroll_offset.x,
             self._pass_style,
-            self.background_colors,
-            self.styles._cache_key,
             self.has_focus,
             self.border_title,
             self.border_subtitle,
-            tuple(self.get_line_filters()),
-            self.app.current_theme.name,
+            *styled(self),
         )
         if look != self._rows_look:  # drawn otherwise now: none of the kept rows will do
             self._rows.clear()
