@@ -50,8 +50,15 @@ def load_per_core() -> float:
 def busy_loops() -> Iterator[list[subprocess.Popen[bytes]]]:
     """CPU load of twice the cores and one more: busy loops that stop at the test's end (or
     after BUSY_LIMIT_S on their own). Twice the cores alone settles the load average right at the
-    default gate (2.0 per core) on a quiet machine; the one more puts it over, as on a busy box."""
-    code = f"import time\nend = time.monotonic() + {BUSY_LIMIT_S}\nwhile time.monotonic() < end:\n    pass\n"
+    default gate (2.0 per core) on a quiet machine; the one more puts it over, as on a busy box.
+
+    The loops run at niceness 19: the load average counts a runnable process whatever its
+    niceness, so the gate sees the same busy machine, while the tests that run beside this one
+    (pytest-xdist) are not starved for the two minutes the load takes to climb."""
+    code = (
+        "import os, time\nos.nice(19)\n"
+        f"end = time.monotonic() + {BUSY_LIMIT_S}\nwhile time.monotonic() < end:\n    pass\n"
+    )
     procs = [
         subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
         for _ in range(2 * (os.cpu_count() or 1) + 1)
