@@ -20,7 +20,6 @@ from fleet_tui.scheduler.policy.headroom import (
     format_gib,
     read_headroom,
     read_mem_available,
-    tree_memory,
     trees_memory,
 )
 
@@ -291,7 +290,7 @@ def test_real_readings_are_sane(tmp_path: Path) -> None:
     assert hr.taken_at > 0
 
 
-# --------------------------------------------------------------------------- tree_memory
+# --------------------------------------------------------------------------- trees_memory
 
 PARENT = """
 import subprocess, sys
@@ -307,36 +306,9 @@ child.wait()
 """
 
 
-def test_tree_memory_counts_descendants() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None and proc.stdin is not None
-        child_pid = int(proc.stdout.readline())
-        parent_alone = psutil.Process(proc.pid).memory_info().rss
-        whole = tree_memory(proc.pid)
-        children_only = tree_memory(proc.pid, include_root=False)
-        assert whole is not None and children_only is not None
-        assert whole > parent_alone
-        assert children_only > 0
-        assert child_pid in {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-        uss = tree_memory(proc.pid, uss=True)
-        assert uss is not None and uss > 0
-        # PID-reuse guard: the right create time matches, a wrong one means "gone".
-        ct = psutil.Process(proc.pid).create_time()
-        assert tree_memory(proc.pid, create_time=ct) is not None
-        assert tree_memory(proc.pid, create_time=ct - 100) is None
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        proc.wait(timeout=30)
-    assert tree_memory(proc.pid) is None  # reaped: gone
-
-
 def test_every_agents_tree_is_measured_from_one_scan_of_proc(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``trees_memory``: a tree's RSS with its descendants, as ``tree_memory`` measures it,
-    for several trees at once from one scan of /proc; None for a pid that is gone."""
+    """``trees_memory``: a tree's RSS with its descendants, for several trees at once from one
+    scan of /proc; None for a pid that is gone."""
     scans: list[int] = []
     scan = headroom.proctree.children_map
 
@@ -372,7 +344,7 @@ def test_every_agents_tree_is_measured_from_one_scan_of_proc(monkeypatch: pytest
 def test_tree_memory_of_missing_pid_is_none() -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(timeout=30)
-    assert tree_memory(dead.pid) is None
+    assert trees_memory([dead.pid]) == [None]
 
 
 def test_tree_memory_of_an_unreaped_zombie_is_none() -> None:
@@ -381,13 +353,13 @@ def test_tree_memory_of_an_unreaped_zombie_is_none() -> None:
         proc = psutil.Process(zombie.pid)
         while proc.status() != psutil.STATUS_ZOMBIE:  # exited; Popen has not reaped it yet
             time.sleep(0.01)
-        assert tree_memory(zombie.pid) is None
+        assert trees_memory([zombie.pid]) == [None]
     finally:
         zombie.wait(timeout=30)
 
 
 def test_tree_memory_of_self() -> None:
-    got = tree_memory(os.getpid())
+    (got,) = trees_memory([os.getpid()])
     assert got is not None and got >= psutil.Process().memory_info().rss // 2
 
 

@@ -12,8 +12,7 @@ the engine calls it through ``anyio.to_thread``. The roots are parameters so tes
 ``/proc`` and cgroup trees.
 
 ``trees_memory`` measures the running agents' process trees (one scan of /proc for all of
-them; ``tree_memory`` measures one, with psutil, optionally by unique pages or checked against a
-start time) and ``MemoryModel`` learns, per coder, how much one agent needs (median of recent
+them) and ``MemoryModel`` learns, per coder, how much one agent needs (median of recent
 measurements, an assumed figure until the first one).
 """
 
@@ -311,60 +310,13 @@ def read_headroom(
 # --------------------------------------------------------------------------- agent memory
 
 
-def tree_memory(
-    pid: int,
-    *,
-    create_time: float | None = None,
-    include_root: bool = True,
-    uss: bool = False,
-) -> int | None:
-    """Resident memory of ``pid`` and all its descendants, in bytes; None if ``pid`` is gone.
-
-    RSS by default: one cheap read of /proc/<pid>/statm per process. RSS counts shared pages
-    (libraries, the node binary) once per process, so a tree is over-counted a little, which
-    errs on the safe side for admission. ``uss=True`` sums unique set size instead (pages only
-    that process holds, read from smaps: slower, and it misses shared memory the tree needs).
-
-    ``create_time`` guards against PID reuse: if the process with that pid started at another
-    time, the one we meant is gone and the answer is None. ``include_root=False`` measures only
-    the descendants, e.g. the agent tree under its shim. A descendant that exits while we walk
-    is skipped; one we may not read (AccessDenied) makes the answer None, since a partial sum
-    would understate.
-    """
-    try:
-        root = psutil.Process(pid)
-        if create_time is not None and abs(root.create_time() - create_time) > 0.01:
-            return None
-        if root.status() == psutil.STATUS_ZOMBIE:
-            return None  # exited, not yet reaped: its memory is gone
-        procs = root.children(recursive=True)
-        if include_root:
-            procs = [root, *procs]
-        total = 0
-        for proc in procs:
-            try:
-                if uss:
-                    total += int(proc.memory_full_info().uss)
-                else:
-                    total += int(proc.memory_info().rss)
-            except psutil.NoSuchProcess:
-                if proc.pid == pid:
-                    return None
-                continue  # a child exited between listing and reading
-        if not root.is_running():
-            return None
-        return total
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return None
-    except psutil.AccessDenied:
-        return None
-
-
 _PAGE = os.sysconf("SC_PAGE_SIZE")  # /proc/PID/statm counts pages
 
 
 def trees_memory(pids: Iterable[int]) -> list[int | None]:
-    """``tree_memory(pid)`` of each of ``pids`` (RSS, the root included), from one scan of /proc.
+    """The resident memory (RSS) of each of ``pids`` and all its descendants, in bytes, from one
+    scan of /proc. RSS counts shared pages (libraries, the node binary) once per process, so a
+    tree is over-counted a little, which errs on the safe side for admission.
 
     Why: the engine measures every running agent's tree on the same tick, and psutil's
     ``children`` scans the whole of /proc for each: 32 agents on a machine of 500 processes
