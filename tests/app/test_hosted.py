@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fleet_tui.app.app import FleetApp
-from fleet_tui.app.hosted import EngineThread
+from fleet_tui.app.hosted import EngineThread, KeyPriority
 from fleet_tui.config import Config
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
@@ -425,3 +425,88 @@ async def test_the_cockpit_follows_the_events_of_the_stream_and_detail_screens_t
         await wait_for(pilot, lambda: not isinstance(app.screen, DetailScreen), "back")
         await pilot.pause()
         assert followed[-1] == {second}
+
+
+async def test_the_engines_loop_stands_aside_after_a_key_until_released() -> None:
+    """A person's key comes first: once the cockpit has a key in hand, the engine's loop makes no
+    turn (its thread waits with the interpreter lock free) until the window ends; the cockpit
+    waiting on the engine ends it at once."""
+    fake = ThreadFake()
+    hosted = EngineThread(fake, fake.run)
+    hosted.priority.cap = 60.0  # a window only release() ends, however slow the machine
+    runner = asyncio.create_task(hosted.run())
+    turns = [0]
+    stop = threading.Event()
+
+    async def spin(engine: ThreadFake) -> None:  # a busy engine: one turn of its loop after another
+        while not stop.is_set():
+            turns[0] += 1
+            await asyncio.sleep(0)
+
+    spinning = asyncio.ensure_future(hosted.call(spin))
+    try:
+        deadline = time.monotonic() + 30
+        while turns[0] == 0:
+            assert time.monotonic() < deadline, "the engine's loop never turned"
+            await asyncio.sleep(0.01)
+        hosted.priority.key()
+        while hosted.priority.waits == 0:
+            assert time.monotonic() < deadline, "the engine's loop never stood aside"
+            await asyncio.sleep(0.01)
+        held = turns[0]
+        for _ in range(5):  # the cockpit's loop goes on meanwhile
+            await asyncio.sleep(0.01)
+        assert turns[0] == held  # the engine's thread waits in stand_aside, before its callbacks
+        assert (await hosted.kill("t-1")).ok  # waiting on the engine releases it
+        while turns[0] == held:
+            assert time.monotonic() < deadline, "the engine's loop did not go on"
+            await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await spinning
+        runner.cancel()
+        hosted.stop()
+
+
+def test_a_key_window_ends_by_itself_and_a_held_key_never_stops_the_engine() -> None:
+    p = KeyPriority(cap=0.5)
+    p.stand_aside()
+    assert p.waits == 0  # no key in hand: no wait
+    p.key()
+    p.stand_aside()  # waits until the window has passed (nothing releases it)
+    assert p.waits == 1
+    p.key()  # auto-repeat: the next key at once
+    p.stand_aside()
+    assert p.waits == 1  # after a wait the engine runs for cap / 2 before it stands aside again
+    p.release()
+    p.stand_aside()
+    assert p.waits == 1
+
+
+class CountingPriority(KeyPriority):
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys = 0
+
+    def key(self) -> None:
+        self.keys += 1
+        super().key()
+
+
+async def test_each_key_the_cockpit_handles_opens_a_window_for_its_hosted_engine() -> None:
+    engine = sc.several_running()
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    hosted = EngineThread(engine, run=forever)
+    priority = hosted.priority = CountingPriority()
+    app = sc.make_app(hosted)  # type: ignore[arg-type]
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.queue.row_count > 0, "the queue")
+            for key in ("down", "question_mark", "escape"):
+                await pilot.press(key)
+            assert priority.keys == 3
+    finally:
+        hosted.stop()

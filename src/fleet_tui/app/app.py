@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult, SuspendNotSupported
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -32,6 +33,7 @@ from textual.worker import Worker, WorkerState
 
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
+from fleet_tui.app.hosted import EngineThread, KeyPriority
 from fleet_tui.app.inbox import Inbox, InboxItem
 from fleet_tui.app.keybar import KeyBar
 from fleet_tui.app.main_screen import MainScreen
@@ -192,11 +194,20 @@ class FleetApp(WheelKeys, App[None]):
         self.stream = StreamLog(id="stream")
         self.inbox = Inbox(id="inbox")
         self.gauges = GaugesPane(id="gauges")
+        #: a hosted engine's loop stands aside while a key is in hand (hosted.KeyPriority)
+        self._key_priority: KeyPriority | None = engine.priority if isinstance(engine, EngineThread) else None
 
     # ------------------------------------------------------------------ layout
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(id="_default")
+
+    async def on_event(self, event: events.Event) -> None:
+        """A key comes first: the hosted engine's loop stands aside for a moment after each one
+        (``hosted.KeyPriority``) while the cockpit handles it and draws what it changed."""
+        if self._key_priority is not None and isinstance(event, events.Key) and not event.is_forwarded:
+            self._key_priority.key()
+        await super().on_event(event)
 
     def compose(self) -> ComposeResult:
         yield self.header

@@ -24,6 +24,13 @@ wait for input: under 32 loud agents those waits were 7-19 % of the time its lat
 (3-10 % at 1 ms). The engine's thread therefore starts with the interval at 1 ms
 (``SWITCH_INTERVAL``; bench/bench_cockpit.py measures both).
 
+A fair share of the lock is still too little for a key: under 32 agents at 200 events/s the
+engine's thread held it half the time, so drawing what a key changed took up to twice as long as
+on an idle cockpit. A person's key comes first: for ``KEY_PRIORITY_S`` after each key, the
+engine's thread stands aside between two turns of its loop (``KeyPriority``). Nothing is lost
+meanwhile: the agents' output waits in its files and pipes, and a cockpit that waits on the
+engine ends the standing aside.
+
 Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
 Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
 stopping on its own is still news) and stops it with ``shutdown()``.
@@ -33,8 +40,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import selectors
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -58,6 +67,64 @@ BACKLOG = 20_000
 #: the interpreter's switch interval while an engine is hosted (seconds; Python's default is 5 ms;
 #: ``fleet-tui run`` uses the same, scheduler/onloop.py, which the cockpit must not import)
 SWITCH_INTERVAL = 0.001
+#: how long the engine's loop stands aside after a key (seconds): an idle cockpit draws what a
+#: key changes in 5-40 ms on this 2-core machine, a loud one in up to twice that
+KEY_PRIORITY_S = 0.06
+
+
+class KeyPriority:
+    """A key in hand on the cockpit's thread, which the hosted engine's loop stands aside for.
+
+    ``key()`` (the cockpit's thread, as a key arrives) opens a window of ``cap`` seconds;
+    ``release()`` closes it early: the cockpit calls it whenever it waits on the engine's loop,
+    which must not wait for the cockpit in turn. The engine's thread calls ``stand_aside()``
+    between two turns of its loop: inside a window it waits, with the interpreter lock free,
+    until the window ends. After each wait the engine runs at least ``cap / 2`` before it
+    stands aside again, so a key held down (auto-repeat) slows the engine, never stops it."""
+
+    def __init__(self, cap: float = KEY_PRIORITY_S) -> None:
+        self.cap = cap
+        self._free = threading.Event()
+        self._free.set()
+        self._until = 0.0
+        self._runs_until = 0.0  # the engine's own time after a wait (monotonic)
+        self.waits = 0  # turns of the engine's loop that stood aside (for tests and benches)
+
+    def key(self) -> None:
+        now = time.monotonic()
+        if self._free.is_set() or now >= self._until:  # a key inside a window keeps its end
+            self._until = now + self.cap
+            self._free.clear()
+
+    def release(self) -> None:
+        self._free.set()
+
+    def stand_aside(self) -> None:
+        if self._free.is_set():
+            return
+        now = time.monotonic()
+        if now < self._runs_until:
+            return
+        if now >= self._until:
+            self._free.set()
+            return
+        self.waits += 1
+        self._free.wait(self._until - now)
+        self._runs_until = time.monotonic() + self.cap / 2
+
+
+class _KeyFirstSelector(selectors.DefaultSelector):
+    """The engine loop's selector: each turn of an asyncio loop starts with ``select``; this one
+    stands aside for a key in hand once the wait for I/O is over, before the turn's callbacks."""
+
+    def __init__(self, priority: KeyPriority) -> None:
+        super().__init__()
+        self._priority = priority
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = super().select(timeout)
+        self._priority.stand_aside()
+        return ready
 
 
 class EngineThread:
@@ -80,6 +147,8 @@ class EngineThread:
         self._lock = threading.Lock()
         self._main: concurrent.futures.Future[None] | None = None
         self._wanted: frozenset[str] | None = None  # agent events of these tasks only; None: all
+        #: the cockpit's key in hand, which the engine's loop stands aside for
+        self.priority = KeyPriority()
 
     # ------------------------------------------------------------------ the engine's loop
 
@@ -91,7 +160,7 @@ class EngineThread:
         with self._lock:
             if self._loop is None:
                 ready = threading.Event()
-                loop = asyncio.new_event_loop()
+                loop = asyncio.SelectorEventLoop(_KeyFirstSelector(self.priority))
 
                 def main() -> None:
                     asyncio.set_event_loop(loop)
@@ -118,6 +187,7 @@ class EngineThread:
         async def go() -> T:
             return await make()
 
+        self.priority.release()  # the cockpit waits on the engine's loop: no standing aside for it
         return asyncio.run_coroutine_threadsafe(go(), self._ensure())
 
     async def _there(self, make: Callable[[], Awaitable[T]]) -> T:
