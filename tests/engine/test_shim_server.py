@@ -126,14 +126,25 @@ def test_without_a_server_the_shim_starts_on_its_own(tmp_path: Path) -> None:
         pool.close()
 
 
-def _waiting_shims(pool: ShimPool) -> set[int]:
-    """The shims the server forked ahead of their jobs."""
+def _waiting_shims(pool: ShimPool, gone: frozenset[int] = frozenset()) -> set[int]:
+    """The shims the server forked ahead of their jobs (once none of ``gone`` is among them)."""
     import psutil
 
     assert pool.server is not None
     server = psutil.Process(pool.server.pid)
-    _wait(lambda: len(server.children()) == ShimPool.AHEAD, "the server's waiting shims")
-    return {c.pid for c in server.children()}
+
+    def live() -> set[int]:  # a shim that ended stays the server's child until it is reaped
+        out = set()
+        for c in server.children():
+            try:
+                if c.status() != psutil.STATUS_ZOMBIE:
+                    out.add(c.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+    _wait(lambda: len(live()) == ShimPool.AHEAD and not live() & gone, "the server's waiting shims")
+    return live()
 
 
 def test_the_server_forks_shims_ahead_and_they_go_with_the_server(tmp_path: Path) -> None:
@@ -151,7 +162,7 @@ def test_the_server_forks_shims_ahead_and_they_go_with_the_server(tmp_path: Path
         assert p.pid in ahead  # the job went to a shim forked before it
         _wait(lambda: p.poll() is not None, "the shim to end")
         assert json.loads((adir / "exit.json").read_text())["exit_code"] == 0
-        waiting = _waiting_shims(pool)  # another one forked in its place
+        waiting = _waiting_shims(pool, gone=frozenset({p.pid}))  # another one forked in its place
         assert p.pid not in waiting and len(waiting - ahead) == 1
     finally:
         pool.close()
