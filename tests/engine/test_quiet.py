@@ -24,7 +24,7 @@ import pytest
 from fleet_tui.config import Config
 from fleet_tui.scheduler import engine as engine_mod
 from fleet_tui.scheduler.engine import Engine
-from fleet_tui.scheduler.model import Decision, Snapshot, Task, TaskSpec
+from fleet_tui.scheduler.model import Decision, Snapshot, Task, TaskChanged, TaskSpec
 from fleet_tui.scheduler.planner import Planner, gate_config, headroom_key, settled
 from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, decide, effective_load, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
@@ -729,3 +729,55 @@ async def test_a_quiet_engine_reads_the_machine_one_tick_in_five_until_a_task_is
         assert engine.quiet_ticks - skipped <= engine_mod.QUIET_TICKS - 1  # at most the run in progress
         await engine.shutdown(leave_running=False)
         tg.cancel_scope.cancel()
+
+
+async def test_a_snapshot_read_while_a_task_moved_never_hands_on_the_version_before(
+    tmp_path: Path, stores: Callable[[], SqliteStore]
+) -> None:
+    """The snapshot is read on a worker thread while the loop goes on. A task that moved (and was
+    published) in the middle of that read may come back in its version before the move; handed
+    on, it undid the move already published: a run's log printed ``done -> running`` for a task
+    that ran once. The published version wins until the next read."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store = stores()
+    (task,) = store.add_tasks([spec("once")], time.time())
+    read, go = threading.Event(), threading.Event()
+
+    class SlowRead:
+        """The store, with the snapshot's task read held just after it read."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(store, name)
+
+        def tasks_changed_since(self, marker: int | None) -> TaskChanges:
+            out = store.tasks_changed_since(marker)
+            if not read.is_set():
+                read.set()
+                go.wait(30)
+            return out
+
+    engine = Engine(SlowRead(), home, config(), headroom=plenty, host="quiet")
+    seen: list[tuple[str, S]] = []
+    publish = engine.bus.publish
+
+    def record(items: Any) -> None:
+        seen.extend((ev.task.name, ev.task.status) for ev in items if isinstance(ev, TaskChanged))
+        publish(items)
+
+    engine.bus.publish = record  # type: ignore[method-assign]
+    engine.generation += 1  # a build is due
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine._refresh_snapshot)
+        await anyio.to_thread.run_sync(read.wait, 30)  # the read holds the task as queued
+        moved = store.transition(task.id, S.CANCELLED, reason="by hand", now=time.time())
+        assert moved is not None
+        engine.publish_task(moved)
+        go.set()
+    assert seen[0] == ("once", S.CANCELLED), seen
+    assert ("once", S.QUEUED) not in seen[1:], f"the version before the move came after it: {seen}"
+    assert [t.status for t in engine.snapshot().tasks] == [S.CANCELLED]
+    # the next build reads the store again (the publication moved the generation)
+    await engine._refresh_snapshot()
+    assert [t.status for t in engine.snapshot().tasks] == [S.CANCELLED]
+    assert engine._published == {}

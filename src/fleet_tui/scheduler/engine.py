@@ -156,6 +156,10 @@ class Engine(Controller):
         self._asking_of: Snapshot | None = None  # the snapshot ``_asking_ids`` was gathered from
         self._asking_ids: frozenset[str] = frozenset()
         self._tasks_mirror = TaskMirror()  # the snapshot's task list, kept by changes
+        #: each task as this engine last published it, with the publication's number: a snapshot
+        #: read while a task moved may hold the version before the move (``_fresher``)
+        self._published: dict[str, tuple[int, Task]] = {}
+        self._published_n = 0
         self._config_path = config_path
         self._watcher: Any = None
         self._tg: TaskGroup | None = None
@@ -248,6 +252,8 @@ class Engine(Controller):
     def publish_task(self, task: Task | None) -> None:
         if task is None:
             return
+        self._published_n += 1
+        self._published[task.id] = (self._published_n, task)
         self.bus.publish([TaskChanged(task)])
         if task.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING):
             self.generation += 1  # the snapshot shows it; no plan changes while it runs
@@ -872,19 +878,34 @@ class Engine(Controller):
             )
 
         prev = self._snapshot
+        read_after = self._published_n
         # nothing to write or read: the figures and the pulse are put together here, no hand-over
         built = await anyio.to_thread.run_sync(work) if report or full else work()
         if not full:
             self._snapshot = built
             self.bus.publish([GaugesChanged(built.gauges)])
             return
-        snap, moved = carry_over(prev, built)
+        snap, moved = carry_over(prev, self._fresher(built, read_after))
         self._snapshot = snap
         changed = [TaskChanged(t) for t in moved]
         oldq = {q.id for q in getattr(self, "_last_questions", ())}
         newq = [QuestionChanged(q) for q in snap.questions if q.id not in oldq]
         self._last_questions = snap.questions
         self.bus.publish([*changed, *newq, GaugesChanged(snap.gauges)])
+
+    def _fresher(self, built: Snapshot, read_after: int) -> Snapshot:
+        """``built`` with each task this engine published while it was read (publication number
+        above ``read_after``) as published. The read ran on a worker thread while the loop went
+        on: a task that moved meanwhile may have been read before its move, and handing that
+        version on would undo the move already published (a run's log printed ``done ->
+        running`` for a task that ran once, then ``running -> done`` again). The publication
+        moved the generation, so the next build reads the store again; the versions published
+        before this read began are in it, and are forgotten."""
+        late = {tid: t for tid, (n, t) in self._published.items() if n > read_after}
+        self._published = {tid: (n, t) for tid, (n, t) in self._published.items() if n > read_after}
+        if not late:
+            return built
+        return dataclasses.replace(built, tasks=tuple(late.get(t.id, t) for t in built.tasks))
 
     # -- commands -----------------------------------------------------------------------------
     async def _command_loop(self) -> None:
