@@ -77,6 +77,7 @@ from textual.widgets import DataTable
 from fleet_tui.app.app import FREEZE_SECONDS, STYLES, FleetApp
 from fleet_tui.app.hosted import SWITCH_INTERVAL, EngineThread
 from fleet_tui.config import Config
+from fleet_tui.launcher import stored_reads
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import TaskSpec
 from fleet_tui.scheduler.states import TERMINAL
@@ -519,7 +520,8 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
     else:
         engine = Engine(store, home, cfg)
     interval = args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL
-    hosted = EngineThread(engine, engine.run, switch_interval=interval)
+    reads = stored_reads(store)  # the cockpit's stored reads on a connection of their own, as fleet-tui
+    hosted = EngineThread(engine, engine.run, switch_interval=interval, reads=reads)
     app = FleetApp(hosted, run_engine=hosted.run, on_quit="leave" if engine_proc else "stop")
     bare = BareApp(args.agents, app.help_sections())
     async with bare.run_test(size=(160, 48)):
@@ -541,6 +543,8 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
         await hosted.shutdown(leave_running=False)
         hosted.stop()
         store.close()
+        if reads is not None:
+            reads.store.close()
         report(args, [base, stop.idle, Phase("load"), Phase("idle after")], None)
         return
     finally:
@@ -549,6 +553,8 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
             engine_proc.wait(60)
     hosted.stop()
     store.close()
+    if reads is not None:
+        reads.store.close()
     report(args, [base, *phases], check_events(home, db))
 
 

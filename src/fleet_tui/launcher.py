@@ -128,6 +128,29 @@ def _app(engine: Any, *, title: str, on_quit: str, run_engine: Any, base_dir: st
     )
 
 
+def stored_reads(store: Any) -> Any | None:
+    """A ``Controller`` on a read-only connection of its own to a SQLite ``store``, for what the
+    cockpit reads from it on demand (a task's stored events, attempts and history), or None (a
+    PostgreSQL store: its connections come from a pool already).
+
+    The store's own connection is the engine's, behind one lock, which the engine's event writes
+    hold while 32 loud agents stream: a stream pane's fill waited up to 280 ms for it. WAL lets a
+    reader go alongside the writer, so on a connection of its own the fill waits for no write.
+    None too when that connection cannot be opened (the reads then share the engine's), or when
+    the store has no WAL index beside it yet: a read-only connection that cannot make one reads
+    the file as immutable, which would not see the engine's writes."""
+    from fleet_tui.scheduler.control import Controller
+    from fleet_tui.scheduler.store.protocol import StoreError
+    from fleet_tui.scheduler.store.sqlite_store import SqliteStore
+
+    if not isinstance(store, SqliteStore) or not os.path.exists(store.path + "-shm"):
+        return None
+    try:
+        return Controller(SqliteStore(store.path, readonly=True), actor="cockpit")
+    except StoreError:
+        return None
+
+
 def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> int:
     """The cockpit on ``ctx``'s home and store (engine inside unless ``attach``)."""
     if not sys.stdout.isatty() and not os.environ.get("FLEET_FORCE_TUI"):
@@ -141,11 +164,12 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
 
     cfg = ctx.cfg
     store = ctx.store
+    reads = stored_reads(store)
     if attach:
         from fleet_tui.scheduler.view import AttachedView
 
         view = AttachedView(store, ctx.home, cfg)
-        hosted = EngineThread(view, view.run)  # store reads off the cockpit's loop (issue 14)
+        hosted = EngineThread(view, view.run, reads=reads)  # store reads off the cockpit's loop (issue 14)
         app = _app(
             hosted, title=f"{title} (attached)", on_quit="leave", run_engine=hosted.run, base_dir=os.getcwd()
         )
@@ -153,13 +177,15 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
         from fleet_tui.scheduler.engine import Engine
 
         engine = Engine(store, ctx.home, cfg, config_path=ctx.config_path)
-        hosted = EngineThread(engine, engine.run)  # the engine on a thread of its own (issue 14)
+        hosted = EngineThread(engine, engine.run, reads=reads)  # the engine on a thread of its own (issue 14)
         app = _app(hosted, title=title, on_quit=cfg.on_quit, run_engine=hosted.run, base_dir=os.getcwd())
         _terminal_notifications(engine, app)
     try:
         app.run()
     finally:
         hosted.stop()
+        if reads is not None:
+            reads.store.close()
     return 0
 
 

@@ -18,6 +18,7 @@ import pytest
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.hosted import EngineThread, KeyPriority
 from fleet_tui.config import Config
+from fleet_tui.launcher import stored_reads
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.engine import Engine
@@ -202,6 +203,48 @@ async def test_stored_reads_do_not_wait_for_the_engines_loop(tmp_path: Path) -> 
         await held
         hosted.stop()
         raw.close()
+
+
+async def test_stored_reads_do_not_wait_for_a_write_on_the_engines_connection(tmp_path: Path) -> None:
+    """The engine's store connection is behind one lock, which its event writes hold while loud
+    agents stream (a stream fill waited up to 280 ms for it). The cockpit's stored reads go to a
+    read-only connection of their own (``launcher.stored_reads``): with a write transaction open
+    on the engine's connection, they still answer, with what was committed."""
+    raw, _ = _store(tmp_path, 1)
+    task = raw.list_tasks()[0]
+    raw.append_events([Event(task.id, 1, i, 1.0, "text", text=f"line {i}") for i in range(1, 4)])
+    engine = Engine(raw, tmp_path, CFG)
+    reads = stored_reads(raw)
+    assert reads is not None and reads.store is not raw
+    hosted = EngineThread(engine, engine.run, reads=reads)
+    writing, done = threading.Event(), threading.Event()
+
+    def long_write() -> None:  # an event batch of the engine's, still being written
+        with raw._tx() as db:
+            db.execute("UPDATE tasks SET waiting = 'mid-write' WHERE id = ?", (task.id,))
+            writing.set()
+            done.wait(60)
+
+    writer = threading.Thread(target=long_write)
+    writer.start()
+    try:
+        await asyncio.to_thread(writing.wait, 30)
+        events = await asyncio.wait_for(hosted.events(task.name, None, 200), 30)
+        assert [e.text for e in events] == ["line 1", "line 2", "line 3"]
+        assert await asyncio.wait_for(hosted.transitions(task.id), 30) == reads.store.transitions(task.id)
+        assert await asyncio.wait_for(hosted.attempts(task.id), 30) == []
+        assert writer.is_alive(), "the write ended before the reads: they proved nothing"
+    finally:
+        done.set()
+        writer.join(30)
+        hosted.stop()
+        reads.store.close()
+        raw.close()
+
+
+def test_stored_reads_have_a_connection_of_their_own_only_for_sqlite() -> None:
+    """A PostgreSQL store hands its threads pooled connections already: nothing to open."""
+    assert stored_reads(object()) is None
 
 
 async def test_commands_run_on_the_engines_thread_and_batches_come_back_merged() -> None:
