@@ -125,6 +125,7 @@ def _app(engine: Any, *, title: str, on_quit: str, run_engine: Any, base_dir: st
         on_quit=on_quit,  # type: ignore[arg-type]
         run_engine=run_engine,
         base_dir=base_dir,
+        hangup=True,  # the terminal going away closes it as ``q`` does (FleetApp._on_hangup)
     )
 
 

@@ -15,6 +15,7 @@ did, and ``run --until-idle`` ends with an exit code a script can act on:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -50,6 +51,8 @@ class RunPrinter:
         self.questions: set[str] = set()
         self.names: dict[str, str] = {}
         self._unflushed = False
+        #: the output went away (``feed``): nothing more is printed
+        self.gone = False
 
     def prime(self, tasks: Sequence[Task]) -> None:
         """Remember the state before the run, so only changes are printed."""
@@ -68,7 +71,17 @@ class RunPrinter:
 
     def feed(self, batch: Sequence[EngineEvent]) -> None:
         """Print a batch of the engine's events: its lines leave at once (a service's log, a
-        pipe), with one write for the whole batch rather than one per line."""
+        pipe), with one write for the whole batch rather than one per line. A reader that went
+        away (a terminal that hung up, a closed pipe) ends the printing, not the engine: it
+        still has its agents to stop or hand over."""
+        if self.gone:
+            return
+        try:
+            self._feed(batch)
+        except OSError:
+            self.gone = True
+
+    def _feed(self, batch: Sequence[EngineEvent]) -> None:
         for ev in batch:
             match ev:
                 case TaskChanged(task):
@@ -170,7 +183,10 @@ def run_headless(
         async with anyio.create_task_group() as tg:
 
             async def on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as sigs:
+                # SIGHUP: the terminal or ssh session it ran in went away; it ends the run as
+                # SIGTERM does (unhandled, it ended the process at once: agents unsupervised
+                # until their leases ran out, then killed)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as sigs:
                     async for _ in sigs:
                         leave = on_quit == "leave"
                         n = stopped["agents"] = len(engine.runners)
@@ -180,10 +196,11 @@ def run_headless(
                             if leave
                             else f"stopping {n} agent(s); their tasks go back to the queue"
                         )
-                        print(
-                            f"fleet-tui: signal received: {what}" if n else "fleet-tui: stopping",
-                            file=sys.stderr,
-                        )
+                        with contextlib.suppress(OSError):  # a terminal that hung up
+                            print(
+                                f"fleet-tui: signal received: {what}" if n else "fleet-tui: stopping",
+                                file=sys.stderr,
+                            )
                         await engine.shutdown(leave_running=leave)
                         return
 
@@ -200,14 +217,15 @@ def run_headless(
 
     sys.setswitchinterval(SWITCH_INTERVAL)  # see onloop.py
     anyio.run(main)
-    if stopped:  # say what was actually done
+    if stopped:  # say what was actually done (to a terminal that may have hung up)
         n = stopped["agents"]
-        if not n:
-            print("stopped; no agent was running", file=sys.stderr)
-        elif stopped["leave"]:
-            print(f"stopped; {n} agent(s) left running for another engine to adopt", file=sys.stderr)
-        else:
-            print(f"stopped; {n} agent(s) stopped and their tasks requeued", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            if not n:
+                print("stopped; no agent was running", file=sys.stderr)
+            elif stopped["leave"]:
+                print(f"stopped; {n} agent(s) left running for another engine to adopt", file=sys.stderr)
+            else:
+                print(f"stopped; {n} agent(s) stopped and their tasks requeued", file=sys.stderr)
         return 0
     if not until_idle:
         return 0

@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -64,6 +66,15 @@ STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 #: allocations instead of Python's 700 (``FleetApp._settle_heap``)
 FREEZE_SECONDS = 2.0
 GC_YOUNG = 10_000
+
+
+#: how long a cockpit closed by SIGHUP or SIGTERM may take to restore its terminal (``_close``)
+HANGUP_EXIT_S = 5.0
+
+
+def _exit_after(seconds: float, code: int) -> None:
+    time.sleep(seconds)
+    os._exit(code)
 
 
 class FleetApp(WheelKeys, App[None]):
@@ -159,9 +170,13 @@ class FleetApp(WheelKeys, App[None]):
         clock: Callable[[], float] | None = None,
         run_engine: Callable[[], Awaitable[None]] | None = None,
         base_dir: str | None = None,
+        hangup: bool = False,
     ) -> None:
         super().__init__()
         self.engine = engine
+        #: SIGHUP and SIGTERM close the cockpit as ``q`` does (``_on_hangup``); set by the launcher
+        #: for a cockpit on a terminal, never in tests that share their process's signals
+        self.hangup = hangup
         self.fleet_title = title
         self.title = title
         self.on_quit = on_quit
@@ -232,6 +247,10 @@ class FleetApp(WheelKeys, App[None]):
         if self.run_engine is not None:
             self.run_worker(self.run_engine(), exclusive=False, group="engine", exit_on_error=False)
         self.run_worker(self._consume(), exclusive=False, group="subscribe", exit_on_error=False)
+        if self.hangup:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._on_hangup, sig)
         self.set_timer(FREEZE_SECONDS, self._settle_heap)
 
     def _settle_heap(self) -> None:
@@ -821,7 +840,16 @@ class FleetApp(WheelKeys, App[None]):
             return
         self.run_worker(self._close(self.on_quit != "stop"), group="quit", exit_on_error=False)
 
-    async def _close(self, leave_running: bool) -> None:
+    def _on_hangup(self, signum: int) -> None:
+        """SIGHUP (the terminal or the ssh session went away) or SIGTERM (a ``kill``, the machine
+        shutting down): nobody is there to answer the quit dialog. Unhandled, either ended the
+        process at once: its agents ran on unsupervised until their leases ran out, then were
+        killed, their work lost. Now the cockpit closes as ``q`` does, and where ``on_quit`` is
+        ``ask`` it leaves them running (the choice that loses nothing): the next engine or
+        cockpit on this home adopts them."""
+        self.run_worker(self._close(self.on_quit != "stop", signum=signum), group="quit", exit_on_error=False)
+
+    async def _close(self, leave_running: bool, signum: int | None = None) -> None:
         if self._quitting:
             return
         self._quitting = True
@@ -831,4 +859,10 @@ class FleetApp(WheelKeys, App[None]):
             await self.engine.shutdown(leave_running)
         except Exception as exc:
             self.notify(f"shutdown: {exc}", severity="error")
+        if signum is not None:
+            # the engine has let go of its agents; restoring a terminal that hung up can block
+            # for ever (Textual's writes to it queue up behind a writer that died on the first
+            # one): the process ends after a grace, restored or not (``os._exit``, as
+            # ``cli.entry`` ends every command)
+            threading.Thread(target=_exit_after, args=(HANGUP_EXIT_S, 128 + signum), daemon=True).start()
         self.exit()
