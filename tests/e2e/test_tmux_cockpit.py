@@ -344,6 +344,40 @@ def test_cockpit_80x24_shows_the_queue(cockpit: Cockpit, tmp_path: Path) -> None
     assert_no_agents_left(home)
 
 
+def one_agent_in_tmux(
+    cp: Cockpit, tmp_path: Path, config: str, prompt: str, *args: str
+) -> tuple[psutil.Process, psutil.Process, Path]:
+    """A home of one sim task (``prompt``) and ``fleet-tui --home HOME ARGS`` as the pane's own
+    process (exec'd), once the task's agent runs: (that process, the agent, the attempt folder)."""
+    home = cp.home
+    home.mkdir()
+    (home / "config.toml").write_text("max_load_per_core = 1000.0\n" + config)
+    work = tmp_path / "work"
+    work.mkdir()
+    tasks = tmp_path / "tasks.toml"
+    tasks.write_text(f'[[task]]\nname = "long"\ncoder = "sim"\ncwd = "{work}"\nprompt = "{prompt}"\n')
+    fleet(home, "load", str(tasks))
+    script = tmp_path / "pane.sh"
+    script.write_text(
+        "#!/bin/sh\nunset FLEET_STORE FLEET_HOME TMUX COLUMNS LINES\nexport TERM=xterm-256color\n"
+        + f"cd {_sh(str(tmp_path))}\nexec {_sh(sys.executable)} -m fleet_tui --home {_sh(str(home))} "
+        + " ".join(args)
+        + "\n"
+    )
+    script.chmod(0o755)
+    cp.start(script, 120, 36)
+    proc = psutil.Process(int(cp.pane("#{pane_pid}")))  # exec: the pane's process itself
+    cp.wait(lambda: by_name(home)["long"]["status"] == "running", timeout=30, what="the agent running")
+    attempt = home / "tasks" / by_name(home)["long"]["id"] / "attempts" / "1"
+    cp.wait(lambda: (attempt / "shim.json").exists(), timeout=30, what="the shim's record")
+    agent = psutil.Process(json.loads((attempt / "shim.json").read_text())["agent_pid"])
+    return proc, agent, attempt
+
+
+def gone(proc: psutil.Process) -> bool:
+    return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+
+
 def test_a_terminal_that_hangs_up_leaves_the_agents_to_be_adopted(cockpit: Cockpit, tmp_path: Path) -> None:
     """The terminal goes away under the cockpit (the ssh session drops, the tmux server dies):
     SIGHUP. It used to end the process at once: its agent ran on unsupervised until the lease ran
@@ -351,38 +385,15 @@ def test_a_terminal_that_hangs_up_leaves_the_agents_to_be_adopted(cockpit: Cockp
     answer: it leaves the agent running under a long lease, and exits; the next engine adopts the
     agent and finishes its attempt (no second attempt)."""
     cp, home = cockpit, cockpit.home
-    home.mkdir()
-    (home / "config.toml").write_text("max_load_per_core = 1000.0\nlease_s = 4.0\nheartbeat_s = 1.0\n")
-    work = tmp_path / "work"
-    work.mkdir()
-    tasks = tmp_path / "tasks.toml"
-    tasks.write_text(
-        f'[[task]]\nname = "long"\ncoder = "sim"\ncwd = "{work}"\nprompt = "@sim steps=40 pace=0.25"\n'
-    )
-    fleet(home, "load", str(tasks))
-    script = tmp_path / "cockpit.sh"
-    script.write_text(
-        "#!/bin/sh\nunset FLEET_STORE FLEET_HOME TMUX COLUMNS LINES\nexport TERM=xterm-256color\n"
-        + f"cd {_sh(str(tmp_path))}\nexec {_sh(sys.executable)} -m fleet_tui --home {_sh(str(home))}\n"
-    )
-    script.chmod(0o755)
-    cp.start(script, 120, 36)
-    cockpit_proc = psutil.Process(int(cp.pane("#{pane_pid}")))  # exec: the pane's process itself
-    cp.wait(lambda: by_name(home)["long"]["status"] == "running", timeout=30, what="the agent running")
-    attempt = home / "tasks" / by_name(home)["long"]["id"] / "attempts" / "1"
-    cp.wait(lambda: (attempt / "shim.json").exists(), timeout=30, what="the shim's record")
-    agent = psutil.Process(json.loads((attempt / "shim.json").read_text())["agent_pid"])
+    config = "lease_s = 4.0\nheartbeat_s = 1.0\n"
+    cockpit_proc, agent, attempt = one_agent_in_tmux(cp, tmp_path, config, "@sim steps=40 pace=0.25")
 
     cp.kill_server()  # the terminal hangs up
-    wait_for(
-        lambda: not cockpit_proc.is_running() or cockpit_proc.status() == psutil.STATUS_ZOMBIE,
-        timeout=30,
-        what="the cockpit to exit after the hangup",
-    )
+    wait_for(lambda: gone(cockpit_proc), timeout=30, what="the cockpit to exit after the hangup")
     # left running, not stopped: its lease now runs for hours (leave_running_h), not seconds
     deadline = float((attempt / "lease").read_text().strip())
     assert deadline > time.time() + 1800, f"the lease ends in {deadline - time.time():.0f} s"
-    assert agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE, "the agent was stopped"
+    assert not gone(agent), "the agent was stopped"
 
     fleet(home, "run", "--until-idle", timeout=120)  # the next engine adopts it
     done = by_name(home)["long"]
@@ -394,36 +405,10 @@ def test_a_headless_run_whose_terminal_hangs_up_stops_as_on_sigterm(cockpit: Coc
     (the agent stopped, its task queued again), whatever it can no longer print. Unhandled, it
     ended the process at once and left the task running under a dead engine."""
     cp, home = cockpit, cockpit.home
-    home.mkdir()
-    (home / "config.toml").write_text("max_load_per_core = 1000.0\n")
-    work = tmp_path / "work"
-    work.mkdir()
-    tasks = tmp_path / "tasks.toml"
-    tasks.write_text(f'[[task]]\nname = "long"\ncoder = "sim"\ncwd = "{work}"\nprompt = "@sim sleep=60"\n')
-    fleet(home, "load", str(tasks))
-    script = tmp_path / "run.sh"
-    script.write_text(
-        "#!/bin/sh\nunset FLEET_STORE FLEET_HOME TMUX\n"
-        + f"exec {_sh(sys.executable)} -m fleet_tui --home {_sh(str(home))} run\n"
-    )
-    script.chmod(0o755)
-    cp.start(script, 120, 36)
-    run = psutil.Process(int(cp.pane("#{pane_pid}")))
-    cp.wait(lambda: by_name(home)["long"]["status"] == "running", timeout=30, what="the agent running")
-    attempt = home / "tasks" / by_name(home)["long"]["id"] / "attempts" / "1"
-    cp.wait(lambda: (attempt / "shim.json").exists(), timeout=30, what="the shim's record")
-    agent = psutil.Process(json.loads((attempt / "shim.json").read_text())["agent_pid"])
+    run, agent, _ = one_agent_in_tmux(cp, tmp_path, "", "@sim sleep=60", "run")
 
     cp.kill_server()  # the terminal hangs up
-    wait_for(
-        lambda: not run.is_running() or run.status() == psutil.STATUS_ZOMBIE,
-        timeout=30,
-        what="the run to end after the hangup",
-    )
+    wait_for(lambda: gone(run), timeout=30, what="the run to end after the hangup")
     after = by_name(home)["long"]
     assert after["status"] == "queued", after
-    wait_for(
-        lambda: not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE,
-        timeout=15,
-        what="the agent to be stopped",
-    )
+    wait_for(lambda: gone(agent), timeout=15, what="the agent to be stopped")
