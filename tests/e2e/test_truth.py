@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from helpers import by_name, fleet, fleet_bg, quiet_home, status, wait_for
+from helpers import FLEET, by_name, fleet, fleet_bg, quiet_home, status, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -365,6 +365,28 @@ def test_headless_run_prints_each_change_and_says_what_it_did(tmp_path: Path) ->
     run.send_signal(signal.SIGTERM)
     assert run.wait(timeout=60) == 0
     assert "1 agent(s) stopped and their tasks requeued" in log.read_text()
+
+
+def test_a_headless_run_piped_into_a_reader_that_leaves_still_runs_its_tasks(tmp_path: Path) -> None:
+    """`fleet-tui run --until-idle | head -3`: the reader leaves after three lines. The next line
+    used to raise BrokenPipeError through the engine's task group and end the run mid-way, four
+    tasks left running under a dead engine; the run now stops printing and finishes its work."""
+    home = home_with(tmp_path)
+    for i in range(8):
+        add(home, f"t{i}", "@sim steps=2 pace=0.05")
+    run = subprocess.Popen(
+        [*FLEET, "--home", str(home), "run", "--until-idle"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if k not in ("FLEET_STORE", "FLEET_HOME")},
+    )
+    assert run.stdout is not None
+    first = [run.stdout.readline() for _ in range(3)]
+    assert all(b"->" in line for line in first), first
+    run.stdout.close()  # `head` exits
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err.decode(errors="replace")
+    assert {t["status"] for t in status(home)} == {"done"}, status(home)
 
 
 # 14 ------------------------------------------------------------------------------------------
