@@ -72,6 +72,10 @@ GC_YOUNG = 10_000
 HANGUP_EXIT_S = 5.0
 
 
+def _nowhere(data: str) -> None:
+    """Where a cockpit whose terminal hung up writes its frames."""
+
+
 def _exit_after(seconds: float, code: int) -> None:
     time.sleep(seconds)
     os._exit(code)
@@ -853,6 +857,11 @@ class FleetApp(WheelKeys, App[None]):
         if self._quitting:
             return
         self._quitting = True
+        if signum == signal.SIGHUP and self._driver is not None:
+            # the terminal is gone: nothing drawn reaches it, and the frames drawn while the
+            # engine stops its agents would queue up behind Textual's writer, which dies on the
+            # first write to a hung-up terminal, until the app's loop blocked for ever
+            self._driver.write = _nowhere  # type: ignore[method-assign]
         if not leave_running:
             self.notify("Stopping agents...")
         try:
