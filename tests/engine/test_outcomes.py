@@ -29,6 +29,7 @@ import pytest
 
 from fleet_tui.coders.base import get_coder
 from fleet_tui.config import Config, load_config
+from fleet_tui.scheduler.attempts import sink
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Notice, Outcome, Task, TaskSpec, VerifySpec
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, read_headroom
@@ -930,6 +931,24 @@ async def test_the_fleet_daily_budget_stops_new_starts(make_fleet: Callable[...,
     t = await f.task("second")
     assert (t.status, t.attempt) == (S.QUEUED, 0)
     assert t.waiting == "daily budget spent: $2.50 of $2.00"
+
+
+async def test_the_daily_budget_holds_when_the_shim_outlives_its_agents_last_line(
+    make_fleet: Callable[..., Fleet], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt's usage reaches the store once a second while its shim lives; its last figures
+    came with its verdict, which waits for the next start (the slot is freed at the agent's end).
+    A shim still alive when the last line was read (a busy machine: seen in CI) left today's
+    spend without the attempt's cost, and the next task started over the budget. The last
+    figures are written before the slot is freed."""
+    monkeypatch.setattr(AttemptRunner, "shim_alive", lambda self: True)
+    monkeypatch.setattr(sink, "USAGE_EVERY_S", 3600.0)  # only the first figures, while it lives
+    f = make_fleet(max_concurrent=1, budget_usd_daily=2.0)
+    await f.add(f.spec("first", "@sim cost=2.5 steps=3 pace=0.2", priority=9), f.spec("second", "@sim steps=1"))
+    f.engine.max_wait = 60
+    await f.idle()
+    t = await f.task("second")
+    assert (t.status, t.attempt) == (S.QUEUED, 0), t
 
 
 # ---------------------------------------------------------------------------------------------

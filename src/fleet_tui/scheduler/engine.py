@@ -620,6 +620,8 @@ class Engine(Controller):
         try:
             result = await r.runner.run()
             if not task.spec.verify:
+                if self.cfg.budget_usd_daily is not None:
+                    await self.sink.settle(r)  # today's spend counts it before its slot is taken
                 r.released = True
                 self.nudge()
                 await self._start_goes_first()
