@@ -944,7 +944,9 @@ async def test_the_daily_budget_holds_when_the_shim_outlives_its_agents_last_lin
     monkeypatch.setattr(AttemptRunner, "shim_alive", lambda self: True)
     monkeypatch.setattr(sink, "USAGE_EVERY_S", 3600.0)  # only the first figures, while it lives
     f = make_fleet(max_concurrent=1, budget_usd_daily=2.0)
-    await f.add(f.spec("first", "@sim cost=2.5 steps=3 pace=0.2", priority=9), f.spec("second", "@sim steps=1"))
+    await f.add(
+        f.spec("first", "@sim cost=2.5 steps=3 pace=0.2", priority=9), f.spec("second", "@sim steps=1")
+    )
     f.engine.max_wait = 60
     await f.idle()
     t = await f.task("second")
