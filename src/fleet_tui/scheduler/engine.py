@@ -620,8 +620,6 @@ class Engine(Controller):
         try:
             result = await r.runner.run()
             if not task.spec.verify:
-                if self.cfg.budget_usd_daily is not None:
-                    await self.sink.settle(r)  # today's spend counts it before its slot is taken
                 r.released = True
                 self.nudge()
                 await self._start_goes_first()
@@ -903,10 +901,10 @@ class Engine(Controller):
         running`` for a task that ran once, then ``running -> done`` again). The publication
         moved the generation, so the next build reads the store again; the versions published
         before this read began are in it, and are forgotten."""
-        late = {tid: t for tid, (n, t) in self._published.items() if n > read_after}
-        self._published = {tid: (n, t) for tid, (n, t) in self._published.items() if n > read_after}
-        if not late:
+        self._published = {tid: p for tid, p in self._published.items() if p[0] > read_after}
+        if not self._published:
             return built
+        late = {tid: t for tid, (_, t) in self._published.items()}
         return dataclasses.replace(built, tasks=tuple(late.get(t.id, t) for t in built.tasks))
 
     # -- commands -----------------------------------------------------------------------------

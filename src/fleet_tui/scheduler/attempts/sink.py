@@ -73,18 +73,15 @@ class AttemptSink:
                 self._wake()
         await self._usage(r, tid, n)
 
-    async def settle(self, r: Running) -> None:
-        """The ended attempt's last usage figures, written now rather than with its verdict. Its
-        slot is about to be freed, and the verdict waits for the next start: with a daily budget
-        that start is planned from today's spend, which must count this attempt's cost (a shim
-        still alive when the last line was read skipped it: ``USAGE_EVERY_S``)."""
-        r.metrics_at = 0.0
-        await self._usage(r, r.task.id, r.runner.attempt)
-
     async def _usage(self, r: Running, tid: str, n: int) -> None:
         ru = r.runner
-        if time.monotonic() - r.metrics_at < USAGE_EVERY_S and ru.shim_alive():
-            return  # usage figures reach the store (and the cockpit) once a second
+        # usage figures reach the store (and the cockpit) once a second, and the attempt's last
+        # ones at once: its slot is freed next, and its verdict, which records them too, waits
+        # for the next start; with a daily budget that start is planned from today's spend.
+        # (The shim's being alive stood for "not the last": a shim still alive when its agent's
+        # last line was read left the cost out, and the next task started over the budget.)
+        if time.monotonic() - r.metrics_at < USAGE_EVERY_S and not ru.ended:
+            return
         r.metrics_at = time.monotonic()
         # a task's tokens and cost cover all its attempts (and reviews): earlier ones + this one
         changes: dict[str, Any] = {}

@@ -169,6 +169,8 @@ class AttemptRunner:
         self.offset = offset
         self.read_pos = offset
         self.more = False  # more output is waiting than one slice
+        #: the agent's output is all read: what the sink takes now is the attempt's last
+        self.ended = False
         self.popen = popen
         self.shim_pid = shim_pid if shim_pid is not None else (popen.pid if popen else None)
         self.shim_ticks = shim_ticks
@@ -433,7 +435,7 @@ class AttemptRunner:
                 events = self.poll_output(final=not alive)
                 if self.watch is not None:
                     self.watch(self, events, self.clock())
-                ended = not alive and not self.more
+                ended = self.ended = not alive and not self.more
                 if events or ended:
                     await self.sink(events, self.offset)
                 if ended:
