@@ -522,6 +522,87 @@ def test_waiting_reasons_are_rewritten_only_when_this_planner_changes_them(
     assert p.waiting_changes(p.plan()) == {}  # no ping-pong between engines
 
 
+def test_a_pick_decides_the_head_of_the_queue_only(stores: Callable[[], SqliteStore]) -> None:
+    """The engine's pick for its free slots decides the queue up to the tasks it picks, not the
+    whole queue (at every start, a 10,000-task queue was walked three times: 44 starts a second
+    here, 155 since), and picks what a whole plan would admit: holds, missing tags and backoffs
+    ahead of the picks are decided and said, in claim order."""
+    inner = stores()
+    inner.add_tasks([spec("a0", requires=("gpu",))], NOW - 20)
+    inner.add_tasks([spec("z", requires=("gpu",)), spec("a1", depends_on=["z"])], NOW - 10)
+    inner.add_tasks([spec(f"t{i:04d}") for i in range(2000)], NOW)
+    first = next(t for t in inner.list_tasks() if t.name == "t0000")
+    backoff = inner.claim("e1", "h", (), NOW, 60.0, "shell", None, only_task=first.id)
+    assert backoff is not None
+    inner.transition(
+        backoff.id, S.QUEUED, reason="retry", now=NOW, owner="e1", attempt=backoff.attempt,
+        not_before=NOW + 3600,
+    )  # fmt: skip
+    c = config(max_concurrent=4)
+    p = Planner(
+        inner, config=lambda: c, clock=lambda: NOW, tags=(), running=lambda: 1,
+        headroom=plenty, mem=MemoryModel(), midnight=midnight,
+    )  # fmt: skip
+    assert p.admit(3, 1) is None  # nothing read yet: from memory it cannot answer
+    got = p.admit(3, 1, wait=True)
+    assert got is not None and not got.whole
+    assert [t.name for t in got.picked] == ["t0001", "t0002", "t0003"]
+    reasons = {t.name: d.reason for t, d in got.head}
+    assert len(got.head) == 7 and reasons["a0"] == reasons["z"] == "needs tags: gpu"
+    assert reasons["a1"] == "after z" and (reasons["t0000"] or "").startswith("waits until ")
+    whole = p.plan(admitting=True, running=1)
+    assert whole[: len(got.head)] == got.head  # the same decisions as the whole plan's
+    assert [t for t, d in whole if d.ok][:3] == list(got.picked)
+    assert p.admit(3, 1) is got  # nothing moved: the same pick, decided nothing
+    assert p.next_at() == pytest.approx(NOW + 3600)
+    for t in got.picked:
+        p.claiming(t.id)
+    p.claimed(got.picked[0].id)
+    again = p.admit(1, 3)
+    assert again is not None and [t.name for t in again.picked] == ["t0004"]  # from memory
+    # nothing may start (the fleet is paused): the head is the whole queue, each one said why
+    inner.set_setting("fleet_paused", "1")
+    paused = _planner(inner).admit(4, 0, wait=True)
+    assert paused is not None and paused.whole and not paused.picked and len(paused.head) == 2003
+    assert {d.reason for _, d in paused.head} >= {"fleet paused", "after z"}
+
+
+async def test_the_reasons_behind_a_pick_are_written_within_a_second(
+    tmp_path: Path, stores: Callable[[], SqliteStore]
+) -> None:
+    """A start decides the head of the queue; the tasks behind it get their reasons from a whole
+    plan made at most once a second, so ``status`` and the cockpit still say why each waits.
+    No pick decides more than the slots it fills."""
+    store = stores()
+    home = tmp_path / "home"
+    home.mkdir()
+    store.add_tasks([spec(f"t{i:03d}", command="sleep 60") for i in range(60)], time.time())
+    engine = Engine(store, home, config(max_concurrent=4), headroom=plenty, host="quiet")
+    heads: list[int] = []
+    admit = engine.planner.admit
+
+    def counted(free: int, running: int, *, wait: bool = False) -> Any:
+        got = admit(free, running, wait=wait)
+        if got is not None:
+            heads.append(len(got.head))
+        return got
+
+    engine.planner.admit = counted  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(engine.run)
+        with anyio.fail_after(60):
+            while True:
+                tasks = store.list_tasks()
+                running = [t for t in tasks if t.status == S.RUNNING]
+                waiting = {t.waiting for t in tasks if t.status == S.QUEUED}
+                if len(running) == 4 and waiting == {"slots full: 4/4 running"}:
+                    break
+                await anyio.sleep(0.05)
+        await engine.shutdown(leave_running=False)
+        tg.cancel_scope.cancel()
+    assert heads and max(heads) <= 4, heads
+
+
 def test_headroom_far_from_the_floors_reads_as_plenty() -> None:
     cfg = gate_config(config())
     far = Headroom(cores=2, load_per_core=0.5, mem_available=64 * GIB, disk_free=500 * GIB, taken_at=NOW)

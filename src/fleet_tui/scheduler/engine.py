@@ -57,7 +57,7 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
 )
 from fleet_tui.scheduler.onloop import LoopPost
-from fleet_tui.scheduler.planner import TRANSIENT_GATES, Plan, Planner, settled
+from fleet_tui.scheduler.planner import TRANSIENT_GATES, Admission, Plan, Planner, settled
 from fleet_tui.scheduler.policy.gate import GateConfig
 from fleet_tui.scheduler.policy.headroom import Headroom, MemoryModel, read_headroom, trees_memory
 from fleet_tui.scheduler.policy.outcome import Policy
@@ -84,6 +84,10 @@ IDLE_WAIT_S = 30.0
 #: how long the schedule loop sleeps at most when nothing wakes it: it then plans from what the
 #: planner holds (no store read; nothing at all when no input moved, not even the gate)
 PLAN_TICK_S = 1.0
+#: the waiting reasons of the queue behind the tasks just started are written at most this often
+#: (a start decides only the head of the queue: a 10,000-task queue walked at every start made
+#: each start cost ~20 ms here; the tasks behind it wait behind full slots meanwhile)
+REASONS_EVERY_S = 1.0
 
 
 #: the housekeeping tick: the machine's headroom, the config file, the agents' memory, the snapshot
@@ -214,7 +218,9 @@ class Engine(Controller):
         self.quiet_ticks = 0  # housekeeping ticks a quiet engine left out (benchmarks, tests)
         self._snap_at = 0.0
         self._reported_at = 0.0
-        self._admitted: Plan | None = None
+        self._admitted: Admission | None = None
+        self._reasons_due = False  # the queue behind the last pick has reasons not yet written
+        self._reasons_at = 0.0
         #: short blocking work (claiming and starting a task in place, a verdict with nothing to
         #: verify) runs on one worker thread at a time: each hand-over shares the interpreter with
         #: the loop, and four of them at once (agents that end together) shared it with each
@@ -377,11 +383,17 @@ class Engine(Controller):
                 return
             if started:
                 continue
+            timeout = PLAN_TICK_S
+            if self._reasons_due:
+                wait = self._reasons_at + REASONS_EVERY_S - time.monotonic()
+                if wait <= 0:
+                    await self._write_reasons()
+                else:
+                    timeout = wait
             # sleep until a local event (task added here, agent exited, command), a change made by
             # another process (the store watcher wakes us), a headroom reading that changes a
             # decision (housekeeping wakes us), or the earliest time-based gate opens (a backoff,
             # a rate-limit reset, the budget's new day)
-            timeout = PLAN_TICK_S
             due = self.planner.next_at()
             if due is not None:
                 timeout = min(timeout, max(0.0, due - self.clock()) + 0.05)
@@ -438,25 +450,45 @@ class Engine(Controller):
         # the slots are counted here, on the loop that starts and ends the runners they count
         return await anyio.to_thread.run_sync(self.planner.plan, admitting, self.slots_taken())
 
+    async def _write_reasons(self) -> None:
+        """Record the waiting reasons of the whole queue, as a whole plan gives them (the tasks
+        behind the last pick's head). A task that may start now is left to the next pick."""
+        self._reasons_due = False
+        self._reasons_at = time.monotonic()
+        decisions = await self.plan(admitting=True)
+        changed: dict[str, str | None] = {
+            k: why for k, why in self.planner.waiting_changes(decisions).items() if why
+        }
+        if changed:
+            await anyio.to_thread.run_sync(self.store.set_waiting, changed)
+            self.planner.recorded(changed)
+
     async def _admit(self) -> bool:
         if self._stopping:
             return False
-        if self.slots_taken() >= self.cfg.max_concurrent:
+        taken = self.slots_taken()
+        if taken >= self.cfg.max_concurrent:
             if self.planner.needs_read():
                 # read what changed now, while no slot is free: when one frees, its next task is
-                # planned from memory, without a store read between an agent's end and the next
-                await self.plan()
+                # picked from memory, without a store read between an agent's end and the next
+                await anyio.to_thread.run_sync(self.planner.refresh)
             return False
-        decisions = await self.plan(admitting=True)
-        if decisions is self._admitted:
-            return False  # the very plan admitted last time (nothing moved): nothing new to do
-        self._admitted = decisions
-        free = self.cfg.max_concurrent - self.slots_taken()
-        picked = [t for t, d in decisions if d.ok][: max(0, free)]
+        free = self.cfg.max_concurrent - taken
+        admission = self.planner.admit(free, taken)  # from memory: no thread hand-over for it
+        if admission is None:
+            reading = functools.partial(self.planner.admit, free, taken, wait=True)
+            admission = await anyio.to_thread.run_sync(reading)
+            assert admission is not None  # it waits: it always answers
+        if admission is self._admitted:
+            return False  # the very pick made last time (nothing moved): nothing new to do
+        self._admitted = admission
+        picked = list(admission.picked[: max(0, self.cfg.max_concurrent - self.slots_taken())])
+        if not admission.whole:
+            self._reasons_due = True
         # a task about to be claimed needs no write of its own: the claim clears its reason
         going = {t.id for t in picked}
         changed = {
-            k: why for k, why in self.planner.waiting_changes(decisions).items() if why or k not in going
+            k: why for k, why in self.planner.waiting_changes(admission.head).items() if why or k not in going
         }
         if changed:
             await anyio.to_thread.run_sync(self.store.set_waiting, changed)

@@ -34,14 +34,14 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
 from fleet_tui.scheduler.model import Decision, RateLimit, Task
-from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, claim_order, plan
+from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, claim_order, decisions, plan
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.protocol import Store, TaskChanges
@@ -88,6 +88,12 @@ def headroom_key(h: Headroom | None, cfg: GateConfig, need: int, free_slots: int
     return (load, mem, disk, h.cores)
 
 
+def _next_at(decisions: Plan, now: float) -> float | None:
+    """The earliest time a time-based gate among ``decisions`` opens."""
+    timed = [d.retry_at for _, d in decisions if not d.ok and d.retry_at is not None and d.retry_at > now]
+    return min(timed) if timed else None
+
+
 def settled(decisions: Plan, now: float, max_wait: float | None) -> tuple[bool, bool]:
     """(nothing in this plan can start without a person or an outside event, a time-based wait
     longer than ``max_wait`` was left). Headroom gates (load, memory, disk, slots) clear by
@@ -106,10 +112,10 @@ def settled(decisions: Plan, now: float, max_wait: float | None) -> tuple[bool, 
 
 @dataclass(frozen=True)
 class QueueView:
-    """What the planner read from the store, as of one change token."""
+    """What the planner read from the store, as of one change token (the queue itself and its
+    holds are the planner's, kept in claim order as they change: no copy of them is made per
+    read or per claim, which cost a walk of a 10,000-task queue at every start)."""
 
-    tasks: tuple[Task, ...]
-    held: Mapping[str, str]
     paused: bool
     rate_limits: Mapping[str, tuple[RateLimit, float | None]]
     spent_today: float
@@ -120,6 +126,18 @@ class QueueView:
     coders: frozenset[str | None] = frozenset()
     #: today's spend was read (a daily budget is set)
     budgeted: bool = False
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The engine's pick for its free slots (``Planner.admit``): the tasks to start, in claim
+    order, and the decisions on the head of the queue up to the last of them, whose waiting
+    reasons the engine records. ``whole``: that head is the whole queue; else the reasons of the
+    tasks behind it are left to the next whole ``plan`` (they wait behind slots now full)."""
+
+    picked: tuple[Task, ...]
+    head: Plan
+    whole: bool
 
 
 class Planner:
@@ -164,6 +182,9 @@ class Planner:
         self._generation = 0
         self._last_key: tuple[Any, ...] | None = None
         self._last: Plan = []
+        self._admit_key: tuple[Any, ...] | None = None
+        self._admitted = Admission((), [], True)
+        self._admit_next_at: float | None = None
         self._next_at: float | None = None
         self._written: dict[str, str | None] = {}
         #: tasks this engine is claiming now: left out of the decisions until the claim is known
@@ -222,8 +243,7 @@ class Planner:
             self._drop(task_id)
             self._written.pop(task_id, None)
             self._generation += 1
-            held = dict(self._held)
-            self._view = replace(view, tasks=self._queue(), held=held, generation=self._generation)
+            self._view = replace(view, generation=self._generation)
 
     def queued(self) -> int | None:
         """How many tasks are queued here as of the last read (None: not read yet)."""
@@ -235,8 +255,11 @@ class Planner:
         return self._token
 
     def next_at(self) -> float | None:
-        """The earliest time a time-based gate of the last plan opens (None: none waits on time)."""
-        return self._next_at
+        """The earliest time a time-based gate of the last plan or pick opens (None: none waits
+        on time)."""
+        now = self._clock()  # one that passed was planned again at its time (or is stale)
+        due = [t for t in (self._next_at, self._admit_next_at) if t is not None and t > now]
+        return min(due) if due else None
 
     def gate_config(self) -> GateConfig:
         return gate_config(self._config())
@@ -287,8 +310,6 @@ class Planner:
             stamps = self._refresh_by_stamps(view)
         self._generation += 1
         self._view = QueueView(
-            tasks=self._queue(),
-            held=dict(self._held),
             paused=self.store.get_setting("fleet_paused") == "1",
             rate_limits={rl.account: (rl, b) for rl, b in self.store.rate_limits()},
             # today's spend only matters to a daily budget: no budget, no query
@@ -365,8 +386,12 @@ class Planner:
                 del self._awaited[name]
 
     # the queue in claim order, kept sorted as tasks come and go (never sorted whole again)
-    def _queue(self) -> tuple[Task, ...]:
-        return tuple(t for _, t in self._order)
+    def _queue(self, claiming: frozenset[str]) -> Iterator[Task]:
+        """The queue in claim order without the tasks being claimed (the caller holds the lock:
+        it is read as it is iterated)."""
+        if not claiming:
+            return (t for _, t in self._order)
+        return (t for _, t in self._order if t.id not in claiming)
 
     def _reset(self, tasks: Sequence[Task]) -> None:
         self._tasks = {t.id: t for t in tasks}
@@ -414,8 +439,88 @@ class Planner:
         finally:
             self._lock.release()
 
+    def refresh(self) -> None:
+        """Read what changed in the store, deciding nothing (the engine, while its slots are
+        full: when one frees, its next task is picked from memory)."""
+        with self._lock:
+            self._refresh(self._clock())
+
+    def admit(self, free: int, running: int, *, wait: bool = False) -> Admission | None:
+        """The engine's pick for ``free`` slots (``running``: the slots taken, counted on its
+        loop): the first tasks in claim order that may start, computed in proportion to the
+        head of the queue up to them, not to the queue's length. Without ``wait`` it never
+        blocks and never reads the store (the engine calls it on its loop): None then means
+        "hand it to a thread with ``wait``", which reads what changed first. The same object
+        comes back while nothing it depends on moved."""
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
+            now = self._clock()
+            view = self._view
+            if wait:
+                view = self._refresh(now)
+            elif view is None or self._stale(now, self.store.change_token()):
+                return None
+            return self._admit(view, free, running, now)
+        finally:
+            self._lock.release()
+
+    def _admit(self, view: QueueView, free: int, running: int, now: float) -> Admission:
+        cfg = self._config()
+        gcfg = gate_config(cfg)
+        head = self._headroom()
+        claiming = frozenset(self._claiming)
+        key = (
+            view.generation, claiming, running, free, gcfg, cfg.default_coder,
+            self.headroom_key(head, running),
+        )  # fmt: skip
+        if key == self._admit_key and (self._admit_next_at is None or now < self._admit_next_at):
+            return self._admitted
+        out: Plan = []
+        picked: list[Task] = []
+        whole = True
+        for t, d in decisions(
+            self._queue(claiming), gcfg, self._inputs(view, running, head, now), self._mem,
+            default_coder=cfg.default_coder, held=self._held, account_of=self._accounts(),
+            note_starting=False, ordered=True,
+        ):  # fmt: skip
+            out.append((t, d))
+            if d.ok:
+                picked.append(t)
+                if len(picked) >= free:
+                    whole = False  # the rest waits behind slots now full
+                    break
+        self._admit_next_at = _next_at(out, now)
+        self._admit_key, self._admitted = key, Admission(tuple(picked), out, whole)
+        return self._admitted
+
+    def _inputs(self, view: QueueView, running: int, head: Headroom, now: float) -> GateInputs:
+        return GateInputs(
+            paused=view.paused,
+            running=running,
+            headroom=head,
+            now=now,
+            rate_limits=view.rate_limits,
+            host_tags=self._tags,
+            spent_today=view.spent_today,
+            own_load=float(running),  # this engine's agents: not load that holds them back
+        )
+
+    def _accounts(self) -> Callable[[Task, str], str]:
+        """``account_of`` for one plan, each (coder, model) worked out once."""
+        accounts: dict[tuple[str, str | None], str] = {}
+
+        def account(t: Task, coder: str) -> str:
+            key = (coder, t.model or t.spec.model)
+            found = accounts.get(key)
+            if found is None:
+                found = accounts[key] = account_of(*key)
+            return found
+
+        return account
+
     def _plan(self, view: QueueView, admitting: bool, running: int | None = None) -> Plan:
-        """The decisions on ``view`` (the caller holds ``self._lock``)."""
+        """The decisions on the whole queue (the caller holds ``self._lock``)."""
         now = self._clock()
         cfg = self._config()
         gcfg = gate_config(cfg)
@@ -429,38 +534,18 @@ class Planner:
         )  # fmt: skip
         if key == self._last_key and (self._next_at is None or now < self._next_at):
             return self._last
-        inp = GateInputs(
-            paused=view.paused,
-            running=running,
-            headroom=head,
-            now=now,
-            rate_limits=view.rate_limits,
-            host_tags=self._tags,
-            spent_today=view.spent_today,
-            own_load=float(running),  # this engine's agents: not load that holds them back
-        )
-        accounts: dict[tuple[str, str | None], str] = {}
-
-        def account(t: Task, coder: str) -> str:
-            key = (coder, t.model or t.spec.model)
-            found = accounts.get(key)
-            if found is None:
-                found = accounts[key] = account_of(*key)
-            return found
-
         out = plan(
-            view.tasks if not claiming else tuple(t for t in view.tasks if t.id not in claiming),
+            self._queue(claiming),
             gcfg,
-            inp,
+            self._inputs(view, running, head, now),
             self._mem,
             default_coder=cfg.default_coder,
-            held=view.held,
-            account_of=account,
+            held=self._held,
+            account_of=self._accounts(),
             note_starting=not admitting,
             ordered=True,
         )
-        timed = [d.retry_at for _, d in out if not d.ok and d.retry_at is not None and d.retry_at > now]
-        self._next_at = min(timed) if timed else None
+        self._next_at = _next_at(out, now)
         self._last_key, self._last = key, out
         return out
 

@@ -21,7 +21,7 @@ import dataclasses
 import datetime as dt
 import functools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -249,6 +249,27 @@ def plan(
     note_starting: bool = True,
     ordered: bool = False,
 ) -> list[tuple[Task, Decision]]:
+    """Every queued task with its decision: ``decisions`` taken whole."""
+    return list(
+        decisions(
+            tasks, cfg, inp, mem, default_coder=default_coder, held=held, account_of=account_of,
+            note_starting=note_starting, ordered=ordered,
+        )
+    )  # fmt: skip
+
+
+def decisions(
+    tasks: Iterable[Task],
+    cfg: GateConfig,
+    inp: GateInputs,
+    mem: MemoryModel,
+    *,
+    default_coder: str,
+    held: Mapping[str, str] | None = None,
+    account_of: Callable[[Task, str], str] | None = None,
+    note_starting: bool = True,
+    ordered: bool = False,
+) -> Iterator[tuple[Task, Decision]]:
     """Simulate admission of every queued task in claim order, starting nothing.
 
     Each admitted task takes a slot and one agent's estimated memory from the simulated
@@ -263,7 +284,6 @@ def plan(
     """
     held = held or {}
     state = inp
-    out: list[tuple[Task, Decision]] = []
     # tasks alike (coder, account, tags) get the same decision from the same state: decide
     # once per kind and state, so a long queue of look-alikes costs little
     stage = 0
@@ -275,20 +295,20 @@ def plan(
     for task in queue:
         why = held.get(task.id)
         if why is not None:
-            out.append((task, _held(why)))
+            yield task, _held(why)
             continue
         if task.not_before is not None and task.not_before > inp.now:
             coder = resolve_coder(task, default_coder)
             account = account_of(task, coder) if account_of is not None else coder
             rate = _rate_limit_gate(account, cfg, inp)
             if rate is not None:  # held back by its account's limit: say so, not just "waits until"
-                out.append((task, rate))
+                yield task, rate
                 continue
             nb = task.not_before
-            out.append((task, Decision(False, f"waits until {hhmm(nb)}", nb)))
+            yield task, Decision(False, f"waits until {hhmm(nb)}", nb)
             continue
         if full is not None:
-            out.append((task, full))
+            yield task, full
             continue
         coder = resolve_coder(task, default_coder)
         account = account_of(task, coder) if account_of is not None else coder
@@ -308,7 +328,7 @@ def plan(
                 f"slots full: {inp.running}/{cfg.max_concurrent} running + {first} starting before it",
                 decision.retry_at,
             )
-        out.append((task, decision))
+        yield task, decision
         if not decision.ok and (inp.paused or state.running >= cfg.max_concurrent):
             full = decision  # paused or slots full: ``decide`` says so before anything else
         if decision.ok:
@@ -317,4 +337,3 @@ def plan(
                 hr = dataclasses.replace(hr, mem_available=hr.mem_available - mem.estimate(coder))
             state = dataclasses.replace(state, running=state.running + 1, headroom=hr)
             stage += 1
-    return out
