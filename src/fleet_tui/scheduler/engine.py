@@ -157,6 +157,8 @@ class Engine(Controller):
         self._stopping = False
         self._leave_running = False
         self._snapshot = Snapshot(taken_at=clock())
+        self._others_of: Snapshot | None = None  # the snapshot ``_others_active`` last looked at
+        self._others = False
         self._asking_of: Snapshot | None = None  # the snapshot ``_asking_ids`` was gathered from
         self._asking_ids: frozenset[str] = frozenset()
         self._tasks_mirror = TaskMirror()  # the snapshot's task list, kept by changes
@@ -836,12 +838,17 @@ class Engine(Controller):
 
     def _others_active(self) -> bool:
         """A task runs under another engine (by the latest snapshot, rebuilt on every change):
-        only then can an orphan appear without a change in the store (its engine dies)."""
-        return any(
-            t.owner not in (None, self.owner)
-            and (t.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING) or t.paused_running)
-            for t in self._snapshot.tasks
-        )
+        only then can an orphan appear without a change in the store (its engine dies). Worked
+        out once per snapshot: asked every second, it walked a 10,000-task queue each time."""
+        snap = self._snapshot
+        if self._others_of is not snap:
+            self._others_of = snap
+            self._others = any(
+                t.owner not in (None, self.owner)
+                and (t.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING) or t.paused_running)
+                for t in snap.tasks
+            )
+        return self._others
 
     def _snapshot_stale(self, now: float) -> bool:
         """The snapshot must be built from the store again: something changed since the last
