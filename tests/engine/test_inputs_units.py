@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from fleet_tui.coders import base
 from fleet_tui.coders.claude import ClaudeNormalizer
+from fleet_tui.coders.shell import ShellNormalizer
 from fleet_tui.scheduler.model import Task, TaskSpec
 from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.procs import shim
@@ -133,3 +137,27 @@ def test_a_user_config_at_dev_zero_is_not_read(tmp_path: Path) -> None:
             preexec_fn=limit,
         )
         assert p.returncode == 0 and "prepared" in p.stdout, (coder, p.stderr[-500:])
+
+
+def test_a_short_lines_value_is_kept_without_measuring_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line under a quarter of the cap holds a value under it whatever its shape (the worst is
+    a list of one-digit numbers: 2 characters measured as 8), so its event keeps it as ``raw``
+    without the walk that measures it (60 % of the normalizers' time); a longer line is walked."""
+    walks: list[int] = []
+    measure = base._size_over
+
+    def counted(value: object, budget: int) -> int:
+        walks.append(1)
+        return measure(value, budget)
+
+    monkeypatch.setattr(base, "_size_over", counted)
+    n = (base.EVENT_FIELD_CAP // 4 - 3) // 2  # "[1,...,1]": 2n + 1 characters
+    worst = "[" + ",".join(["1"] * n) + "]"
+    assert len(worst) * 4 < base.EVENT_FIELD_CAP
+    (e,) = ShellNormalizer("t", 1).feed(worst, 1.0)
+    assert e.raw == [1] * n and walks == []
+    assert measure(e.raw, base.EVENT_FIELD_CAP) >= 0  # the bound it relies on holds
+    longer = "[" + ",".join(["1"] * (n + 2)) + "]"
+    (e,) = ShellNormalizer("t", 1).feed(longer, 2.0)
+    assert len(longer) * 4 >= base.EVENT_FIELD_CAP
+    assert walks == [1] and e.raw is None  # measured: just over the cap (8 per number), left out

@@ -166,6 +166,9 @@ class BaseNormalizer:
         self.result_is_error: bool | None = None
         self.cost_usd: float | None = None
         self.rate_limit: RateLimit | None = None
+        #: the last line's JSON value when that line was short enough that the value cannot be
+        #: over ``EVENT_FIELD_CAP`` (``parse_json``): ``ev`` then keeps it as ``raw`` unmeasured
+        self._small: Any = None
 
     def ev(self, ts: float, kind: str, **kw: Any) -> Event:
         # an event is stored and sent to every viewer: a huge tool input or result is kept whole
@@ -174,7 +177,8 @@ class BaseNormalizer:
             kw["text"] = cap_text(kw["text"])
         if kw.get("tool_input") is not None:
             kw["tool_input"] = cap_value(kw["tool_input"])
-        if kw.get("raw") is not None and _size_over(kw["raw"], EVENT_FIELD_CAP) < 0:
+        raw = kw.get("raw")
+        if raw is not None and raw is not self._small and _size_over(raw, EVENT_FIELD_CAP) < 0:
             kw["raw"] = None
         e = Event(task_id=self.task_id, attempt=self.attempt, seq=self.seq, ts=ts, kind=kind, **kw)
         self.seq += 1
@@ -182,8 +186,7 @@ class BaseNormalizer:
             self.last_text = kw["text"]
         return e
 
-    @staticmethod
-    def parse_json(line: str) -> Any:
+    def parse_json(self, line: str) -> Any:
         """The parsed JSON value of a line, or None when the line is not JSON."""
         s = line.strip()
         if not s or s[0] not in "{[":
@@ -192,7 +195,13 @@ class BaseNormalizer:
             value, end = _DECODER.raw_decode(s)
         except (ValueError, RecursionError):
             return None
-        return value if end == len(s) else None
+        if end != len(s):
+            return None
+        # ``_size_over`` counts at most 4 characters per character of the JSON text (a one-digit
+        # number counts 8 for its 2 characters with the comma): a line under a quarter of the
+        # cap holds a value under it, whose walk was 60 % of the normalizers' time
+        self._small = value if len(s) * 4 < EVENT_FIELD_CAP else None
+        return value
 
     def poll(self, ts: float) -> list[Event]:
         return []
