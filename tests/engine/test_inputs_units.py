@@ -3,10 +3,12 @@ huge tool input is capped in its event (the whole line stays in stdout.jsonl).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from fleet_tui.coders import base
 from fleet_tui.coders.claude import ClaudeNormalizer
 from fleet_tui.coders.shell import ShellNormalizer
-from fleet_tui.scheduler.model import Task, TaskSpec
+from fleet_tui.scheduler.model import Event, Task, TaskSpec, Usage
 from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.procs import shim
 from fleet_tui.scheduler.states import TaskStatus
@@ -161,3 +163,17 @@ def test_a_short_lines_value_is_kept_without_measuring_it(monkeypatch: pytest.Mo
     (e,) = ShellNormalizer("t", 1).feed(longer, 2.0)
     assert len(longer) * 4 >= base.EVENT_FIELD_CAP
     assert walks == [1] and e.raw is None  # measured: just over the cap (8 per number), left out
+
+
+def test_an_event_made_in_one_step_is_the_same_frozen_event() -> None:
+    """``Event.new`` (the normalizers' constructor) makes what ``Event(...)`` makes: equal, of
+    equal hash, frozen, every default in place, an unknown field refused."""
+    usage = Usage(input_tokens=3)
+    made = Event.new("t", 1, 2, 3.0, "usage", usage=usage, session_id="s")
+    assert made == Event(task_id="t", attempt=1, seq=2, ts=3.0, kind="usage", usage=usage, session_id="s")
+    assert hash(made) == hash(replace(made))
+    assert made.text is None and made.is_error is False and made.raw is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.text = "changed"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no field 'txet'"):
+        Event.new("t", 1, 2, 3.0, "text", txet="typo")

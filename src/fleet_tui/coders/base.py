@@ -180,7 +180,7 @@ class BaseNormalizer:
         raw = kw.get("raw")
         if raw is not None and raw is not self._small and _size_over(raw, EVENT_FIELD_CAP) < 0:
             kw["raw"] = None
-        e = Event(task_id=self.task_id, attempt=self.attempt, seq=self.seq, ts=ts, kind=kind, **kw)
+        e = Event.new(self.task_id, self.attempt, self.seq, ts, kind, **kw)
         self.seq += 1
         if kind == "text" and kw.get("text"):
             self.last_text = kw["text"]

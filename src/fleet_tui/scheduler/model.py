@@ -7,7 +7,7 @@ cockpit only ever sees these, never a process, a repository or a database handle
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from fleet_tui.scheduler.states import TaskStatus
@@ -229,6 +229,24 @@ class Event:
     rate_limit: RateLimit | None = None
     session_id: str | None = None
     raw: Any = None
+
+    @classmethod
+    def new(cls, task_id: str, attempt: int, seq: int, ts: float, kind: str, **kw: Any) -> Event:
+        """``Event(...)`` for the normalizers, which make one per line an agent prints: the
+        frozen dataclass's ``__init__`` sets its 17 fields one ``object.__setattr__`` at a
+        time (3.4 us here, a third of a Codex line's normalizing); this fills the instance's
+        ``__dict__`` in one step (1.1 us). A field left out reads its default from the class,
+        as dataclasses keep simple defaults there; an unknown field is refused, as by
+        ``__init__``. The instance is the same frozen, comparable ``Event``."""
+        unknown = kw.keys() - _EVENT_FIELD_NAMES
+        if unknown:
+            raise TypeError(f"Event has no field {sorted(unknown)[0]!r}")
+        e = object.__new__(cls)
+        e.__dict__.update(task_id=task_id, attempt=attempt, seq=seq, ts=ts, kind=kind, **kw)
+        return e
+
+
+_EVENT_FIELD_NAMES = frozenset(f.name for f in fields(Event))
 
 
 @dataclass(frozen=True)
