@@ -157,6 +157,7 @@ def print_graph(tasks: list[Any]) -> int:
 def event_json(e: Any) -> dict[str, Any]:
     """One event as the stable JSON object of ``logs --json`` (unset fields left out)."""
     d = dataclasses.asdict(e)
+    d.pop("raw_json", None)  # how the store keeps ``raw``, not a field of the event's JSON
     return {k: v for k, v in d.items() if v is not None and v is not False}
 
 

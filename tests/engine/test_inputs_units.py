@@ -16,10 +16,12 @@ import pytest
 from fleet_tui.coders import base
 from fleet_tui.coders.claude import ClaudeNormalizer
 from fleet_tui.coders.shell import ShellNormalizer
+from fleet_tui.report import event_json
 from fleet_tui.scheduler.model import Event, Task, TaskSpec, Usage
 from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
 from fleet_tui.scheduler.procs import shim
 from fleet_tui.scheduler.states import TaskStatus
+from fleet_tui.scheduler.store.protocol import event_from_row, event_payload
 
 EVENT_FIELD_CAP = 256 * 1024  # coders.base.EVENT_FIELD_CAP
 
@@ -177,3 +179,42 @@ def test_an_event_made_in_one_step_is_the_same_frozen_event() -> None:
         made.text = "changed"  # type: ignore[misc]
     with pytest.raises(TypeError, match="no field 'txet'"):
         Event.new("t", 1, 2, 3.0, "text", txet="typo")
+
+
+def test_a_lines_raw_value_is_stored_as_the_agent_printed_it() -> None:
+    """An event whose ``raw`` is its whole line's value is stored with that line as ``raw``'s
+    JSON (not encoded again) and reads back as the same event; ``logs --json`` never shows how."""
+    line = (
+        '{"type":"system","subtype":"init","session_id":"s1","model":"m",'
+        '"cwd":"h\u00e9 \\u00e9 \\ud83d\\ude00","tools":["Bash",1,2.5e3,true,null]}'
+    )
+    events = ClaudeNormalizer("t", 1).feed(line, 1.0)
+    kept = [e for e in events if e.raw is not None]
+    assert kept and all(e.raw_json == line for e in kept)
+    for e in events:
+        payload = event_payload(e)
+        back = event_from_row(e.task_id, e.attempt, e.seq, e.ts, e.kind, e.text, payload)
+        assert back == e and back.raw == e.raw and json.loads(payload).get("raw") == e.raw
+        assert "raw_json" not in event_json(e) and "raw_json" not in payload
+    # an event made elsewhere (no line text) is encoded as before
+    plain = replace(kept[0], raw_json=None)
+    assert json.loads(event_payload(plain)) == json.loads(event_payload(kept[0]))
+
+
+def test_the_payload_encoder_writes_what_json_dumps_writes() -> None:
+    """The payload's encoder built once (``protocol._encode_payload``) is the C encoder that
+    ``json.dumps(..., default=str)`` builds per call: the same text for every kind of value."""
+    from fleet_tui.scheduler.store import protocol
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque"
+
+    samples: list[object] = [
+        {},
+        {"usage": {"input_tokens": 3, "output_tokens": 8}, "context_tokens": 3},
+        {"raw": ["é", "\u2028", "\ud800", 1.5, -0.0, float("inf"), None, True, 2**80, {"k": [[]]}]},
+        {"tool_input": {"path": "a\nb", "n": 1e300}, "x": Opaque()},
+    ]
+    for sample in samples:
+        assert protocol._encode_payload(sample) == json.dumps(sample, default=str)

@@ -169,6 +169,7 @@ class BaseNormalizer:
         #: the last line's JSON value when that line was short enough that the value cannot be
         #: over ``EVENT_FIELD_CAP`` (``parse_json``): ``ev`` then keeps it as ``raw`` unmeasured
         self._small: Any = None
+        self._small_text: str | None = None  # that line, stripped: the value's JSON
 
     def ev(self, ts: float, kind: str, **kw: Any) -> Event:
         # an event is stored and sent to every viewer: a huge tool input or result is kept whole
@@ -178,7 +179,9 @@ class BaseNormalizer:
         if kw.get("tool_input") is not None:
             kw["tool_input"] = cap_value(kw["tool_input"])
         raw = kw.get("raw")
-        if raw is not None and raw is not self._small and _size_over(raw, EVENT_FIELD_CAP) < 0:
+        if raw is not None and raw is self._small:
+            kw["raw_json"] = self._small_text  # the line itself: nothing to measure or encode
+        elif raw is not None and _size_over(raw, EVENT_FIELD_CAP) < 0:
             kw["raw"] = None
         e = Event.new(self.task_id, self.attempt, self.seq, ts, kind, **kw)
         self.seq += 1
@@ -200,7 +203,8 @@ class BaseNormalizer:
         # ``_size_over`` counts at most 4 characters per character of the JSON text (a one-digit
         # number counts 8 for its 2 characters with the comma): a line under a quarter of the
         # cap holds a value under it, whose walk was 60 % of the normalizers' time
-        self._small = value if len(s) * 4 < EVENT_FIELD_CAP else None
+        small = len(s) * 4 < EVENT_FIELD_CAP
+        self._small, self._small_text = (value, s) if small else (None, None)
         return value
 
     def poll(self, ts: float) -> list[Event]:

@@ -229,6 +229,10 @@ class Event:
     rate_limit: RateLimit | None = None
     session_id: str | None = None
     raw: Any = None
+    #: ``raw``'s JSON as the agent printed it, when ``raw`` is the whole value of its line: the
+    #: store keeps that text instead of encoding ``raw`` again (a fifth of a loud fleet's engine
+    #: time). Not compared, not shown: the same event whichever way its ``raw`` is kept
+    raw_json: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def new(cls, task_id: str, attempt: int, seq: int, ts: float, kind: str, **kw: Any) -> Event:
