@@ -22,6 +22,12 @@ changed: the number of running agents, the config, the machine's headroom as the
 it, or the clock passed the earliest time-based gate (``next_at``: a backoff's ``not_before``,
 a rate-limit reset, the budget's new day). So an idle engine does no store reads at all.
 
+A start decides only the head of the queue (``admit``): the tasks in claim order up to the ones
+it picks for the free slots (the gate's ``decisions`` are lazy), so a start costs the same
+behind 10,000 queued tasks as behind ten. The tasks behind the head wait behind slots now full;
+their reasons come from a whole ``plan``, which the engine makes at most once a second while
+starts go on (``REASONS_EVERY_S``).
+
 The Planner is synchronous (store calls): the engine calls it through ``anyio.to_thread``. It
 takes what it needs as values and callables, never the Engine. The one input that is the
 engine's own mutable state, how many slots its agents hold, is counted on the engine's loop and
