@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from fleet_tui.scheduler.model import Decision, RateLimit, Task
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel, format_gib
@@ -238,24 +239,10 @@ def claim_order(task: Task) -> tuple[float, float, str]:
 
 
 def plan(
-    tasks: Iterable[Task],
-    cfg: GateConfig,
-    inp: GateInputs,
-    mem: MemoryModel,
-    *,
-    default_coder: str,
-    held: Mapping[str, str] | None = None,
-    account_of: Callable[[Task, str], str] | None = None,
-    note_starting: bool = True,
-    ordered: bool = False,
+    tasks: Iterable[Task], cfg: GateConfig, inp: GateInputs, mem: MemoryModel, **kw: Any
 ) -> list[tuple[Task, Decision]]:
-    """Every queued task with its decision: ``decisions`` taken whole."""
-    return list(
-        decisions(
-            tasks, cfg, inp, mem, default_coder=default_coder, held=held, account_of=account_of,
-            note_starting=note_starting, ordered=ordered,
-        )
-    )  # fmt: skip
+    """Every queued task with its decision: ``decisions`` (and its keywords) taken whole."""
+    return list(decisions(tasks, cfg, inp, mem, **kw))
 
 
 def decisions(
