@@ -458,9 +458,12 @@ class Engine(Controller):
         self._reasons_due = False
         self._reasons_at = time.monotonic()
         decisions = await self.plan(admitting=True)
-        changed: dict[str, str | None] = {
-            k: why for k, why in self.planner.waiting_changes(decisions).items() if why
-        }
+        await self._record_reasons(
+            {k: why for k, why in self.planner.waiting_changes(decisions).items() if why}
+        )
+
+    async def _record_reasons(self, changed: dict[str, str | None]) -> None:
+        """Write waiting reasons that changed, and tell the planner they were written."""
         if changed:
             await anyio.to_thread.run_sync(self.store.set_waiting, changed)
             self.planner.recorded(changed)
@@ -489,12 +492,13 @@ class Engine(Controller):
             self._reasons_due = True
         # a task about to be claimed needs no write of its own: the claim clears its reason
         going = {t.id for t in picked}
-        changed = {
-            k: why for k, why in self.planner.waiting_changes(admission.head).items() if why or k not in going
-        }
-        if changed:
-            await anyio.to_thread.run_sync(self.store.set_waiting, changed)
-            self.planner.recorded(changed)
+        await self._record_reasons(
+            {
+                k: why
+                for k, why in self.planner.waiting_changes(admission.head).items()
+                if why or k not in going
+            }
+        )
         if self._stopping or not picked:
             return False
         self.planner.recorded(dict.fromkeys(going))

@@ -47,7 +47,7 @@ from typing import Any
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config
 from fleet_tui.scheduler.model import Decision, RateLimit, Task
-from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, claim_order, decisions, plan
+from fleet_tui.scheduler.policy.gate import GateConfig, GateInputs, claim_order, decisions
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, MemoryModel
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.protocol import Store, TaskChanges
@@ -472,24 +472,14 @@ class Planner:
             self._lock.release()
 
     def _admit(self, view: QueueView, free: int, running: int, now: float) -> Admission:
-        cfg = self._config()
-        gcfg = gate_config(cfg)
-        head = self._headroom()
-        claiming = frozenset(self._claiming)
-        key = (
-            view.generation, claiming, running, free, gcfg, cfg.default_coder,
-            self.headroom_key(head, running),
-        )  # fmt: skip
+        key, lazy = self._decide(view, running, now, note_starting=False)
+        key += (free,)
         if key == self._admit_key and (self._admit_next_at is None or now < self._admit_next_at):
             return self._admitted
         out: Plan = []
         picked: list[Task] = []
         whole = True
-        for t, d in decisions(
-            self._queue(claiming), gcfg, self._inputs(view, running, head, now), self._mem,
-            default_coder=cfg.default_coder, held=self._held, account_of=self._accounts(),
-            note_starting=False, ordered=True,
-        ):  # fmt: skip
+        for t, d in lazy:
             out.append((t, d))
             if d.ok:
                 picked.append(t)
@@ -499,6 +489,27 @@ class Planner:
         self._admit_next_at = _next_at(out, now)
         self._admit_key, self._admitted = key, Admission(tuple(picked), out, whole)
         return self._admitted
+
+    def _decide(
+        self, view: QueueView, running: int, now: float, note_starting: bool
+    ) -> tuple[tuple[Any, ...], Iterator[tuple[Task, Decision]]]:
+        """What the decisions on ``view`` depend on (a key: the same key, the same decisions
+        until the clock passes a time-based gate), and the decisions, lazily, in claim order
+        (the caller holds ``self._lock`` while it takes them)."""
+        cfg = self._config()
+        gcfg = gate_config(cfg)
+        head = self._headroom()
+        claiming = frozenset(self._claiming)
+        key = (
+            view.generation, claiming, running, gcfg, cfg.default_coder, self.headroom_key(head, running),
+            note_starting,
+        )  # fmt: skip
+        lazy = decisions(
+            self._queue(claiming), gcfg, self._inputs(view, running, head, now), self._mem,
+            default_coder=cfg.default_coder, held=self._held, account_of=self._accounts(),
+            note_starting=note_starting, ordered=True,
+        )  # fmt: skip
+        return key, lazy
 
     def _inputs(self, view: QueueView, running: int, head: Headroom, now: float) -> GateInputs:
         return GateInputs(
@@ -528,29 +539,10 @@ class Planner:
     def _plan(self, view: QueueView, admitting: bool, running: int | None = None) -> Plan:
         """The decisions on the whole queue (the caller holds ``self._lock``)."""
         now = self._clock()
-        cfg = self._config()
-        gcfg = gate_config(cfg)
-        head = self._headroom()
-        if running is None:
-            running = self._running()
-        claiming = frozenset(self._claiming)
-        key = (
-            view.generation, claiming, running, gcfg, cfg.default_coder, self.headroom_key(head, running),
-            admitting,
-        )  # fmt: skip
+        key, lazy = self._decide(view, self._running() if running is None else running, now, not admitting)
         if key == self._last_key and (self._next_at is None or now < self._next_at):
             return self._last
-        out = plan(
-            self._queue(claiming),
-            gcfg,
-            self._inputs(view, running, head, now),
-            self._mem,
-            default_coder=cfg.default_coder,
-            held=self._held,
-            account_of=self._accounts(),
-            note_starting=not admitting,
-            ordered=True,
-        )
+        out = list(lazy)
         self._next_at = _next_at(out, now)
         self._last_key, self._last = key, out
         return out
