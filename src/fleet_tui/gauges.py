@@ -91,15 +91,16 @@ def gauges(snap: Snapshot, now: float) -> list[Gauge]:
     out: list[Gauge] = []
     cap = g.max_concurrent
     fill = g.running / cap if cap else 1.0
+    elsewhere = f"+{g.running_elsewhere} on other engines" if g.running_elsewhere else ""
     out.append(
         Gauge(
             "slots",
             "slots",
             min(fill, 1.0),
             f"{g.running}/{cap or '?'}",
-            "fleet paused" if g.paused else "",
+            "fleet paused" if g.paused else elsewhere,
             "held" if g.paused or g.running >= cap else _state(fill, False),
-            (("running", g.running), ("max", cap), ("paused", g.paused)),
+            (("running", g.running), ("max", cap), ("paused", g.paused), ("elsewhere", g.running_elsewhere)),
         )
     )
     gate = g.max_load_per_core

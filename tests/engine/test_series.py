@@ -110,3 +110,51 @@ def test_status_gauges_cli(tmp_path: Path) -> None:
     assert _newest(data["series"]["fleet"]["running"], [1, 2, 2])
     assert _newest(data["series"]["box9"]["events_per_s"], [1.0, 2.0, 3.0])
     assert json.loads(fleet(home, "status", "--json").stdout) == []  # the plain contract is unchanged
+
+
+def test_an_engines_slots_count_its_own_agents_and_the_other_engines_apart(tmp_path: Path) -> None:
+    """Two engines on one store (a `run` on a server and a cockpit, say): each one's slots gauge
+    is its own agents against its own cap, the other engine's agents in its note. Counted all
+    together, one agent of its own and three of the other's read "4/4 held" while it went on
+    starting agents. A view of the whole fleet (`status --gauges`, an attached cockpit) counts
+    every agent as before."""
+    from fleet_tui.config import Config
+    from fleet_tui.scheduler.model import TaskSpec
+    from fleet_tui.scheduler.view import build_snapshot
+
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        store.add_tasks([TaskSpec(name=f"t{i}", prompt="x", cwd=str(tmp_path)) for i in range(5)], T0)
+        for owner in ("me", "other", "other", "other"):
+            assert store.claim(owner, "h", (), T0, 60.0, "shell", None) is not None
+        cfg = Config(max_concurrent=4)
+        mine = build_snapshot(store, cfg, T0, owner="me")
+        assert (mine.gauges.running, mine.gauges.running_elsewhere) == (1, 3)
+        slots = {r.key: r for r in gauges.gauges(mine, T0)}["slots"]
+        assert (slots.value, slots.state, slots.note) == ("1/4", "ok", "+3 on other engines")
+        assert dict(slots.numbers)["elsewhere"] == 3
+        whole = build_snapshot(store, cfg, T0)
+        assert (whole.gauges.running, whole.gauges.running_elsewhere) == (4, 0)
+        slots = {r.key: r for r in gauges.gauges(whole, T0)}["slots"]
+        assert (slots.value, slots.state, slots.note) == ("4/4", "held", "")
+    finally:
+        store.close()
+
+
+async def test_an_engine_builds_its_snapshot_with_its_own_slots(tmp_path: Path) -> None:
+    from fleet_tui.config import Config
+    from fleet_tui.scheduler.engine import Engine
+    from fleet_tui.scheduler.model import TaskSpec
+
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        store.add_tasks([TaskSpec(name=f"t{i}", prompt="x", cwd=str(tmp_path)) for i in range(2)], T0)
+        engine = Engine(store, tmp_path, Config(max_concurrent=4), host="here")
+        assert store.claim("another engine", "h", (), T0, 60.0, "shell", None) is not None
+        assert store.claim(engine.owner, "h", (), T0, 60.0, "shell", None) is not None
+        engine.generation += 1  # a build is due
+        await engine._refresh_snapshot()
+        g = engine.snapshot().gauges
+        assert (g.running, g.running_elsewhere) == (1, 1)
+    finally:
+        store.close()

@@ -918,6 +918,7 @@ class Engine(Controller):
                 own_series=self.series.series(now),
                 agent_mem=(mem, source == "measured"),
                 mirror=self._tasks_mirror,  # reads only the task rows that changed
+                owner=self.owner,  # its slots: its own agents against its own cap
             )
 
         prev = self._snapshot

@@ -353,6 +353,9 @@ class Gauges:
     running: int = 0
     max_concurrent: int = 0
     paused: bool = False
+    #: agents other engines on the store run (an engine's own snapshot counts only its own in
+    #: ``running``, against its own ``max_concurrent``; a view of the whole fleet counts all there)
+    running_elsewhere: int = 0
     load_per_core: float | None = None
     mem_available: int | None = None
     mem_floor: int | None = None

@@ -98,12 +98,15 @@ def build_snapshot(
     disk: float | None = None,
     own_series: HostSeries | None = None,
     agent_mem: tuple[int, bool] | None = None,
+    owner: str | None = None,
 ) -> Snapshot:
     """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
     reading of its own machine, else from the freshest host row; the pulse of each host from the
     store (``series``), the caller's own (fresher) one replacing its stored copy. ``agent_mem``
     is the engine's learned (bytes, measured) figure for one more agent, else the assumed one.
-    With a ``mirror`` only the tasks that changed since its last refresh are read."""
+    With a ``mirror`` only the tasks that changed since its last refresh are read. ``owner``:
+    the engine whose snapshot this is; its slots gauge counts its own agents against its own
+    ``max_concurrent`` and the other engines' apart (without one, every agent counts)."""
     hidden = archived_ids(store)
     every = mirror.refresh(store) if mirror is not None else tuple(store.list_tasks())
     tasks = tuple(t for t in every if t.id not in hidden) if hidden else every
@@ -114,8 +117,11 @@ def build_snapshot(
     if load is None and mem is None and live:
         h = max(live, key=lambda h: h.heartbeat)
         load, mem, disk = h.load, h.mem_available, h.disk_free
+    active = sum(1 for t in tasks if t.status in ACTIVE)
+    own = active if owner is None else sum(1 for t in tasks if t.status in ACTIVE and t.owner == owner)
     g = Gauges(
-        running=sum(1 for t in tasks if t.status in ACTIVE),
+        running=own,
+        running_elsewhere=active - own,
         max_concurrent=cfg.max_concurrent,
         paused=store.get_setting("fleet_paused") == "1",
         load_per_core=load,
