@@ -7,6 +7,7 @@ recorded call (or the screen) it expects.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 
 import pytest
 from textual import events
@@ -204,3 +205,29 @@ async def test_keys_typed_right_after_slash_or_a_go_to_the_input(monkeypatch: py
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
         assert engine.calls == [] and shells == []
+
+
+async def test_quit_asks_about_this_engines_agents_only() -> None:
+    """Another engine on the same store runs its agents whatever this cockpit does: the quit
+    dialog counts the agents quitting stops or leaves, and with none of its own it does not ask."""
+    engine = sc.several_running()
+    snap = engine.snapshot()
+    owners = {"t-0002": "engine-a", "t-0003": "engine-b", "t-0005": "engine-b"}
+    tasks = tuple(replace(t, owner=owners.get(t.id)) for t in snap.tasks)
+    engine.set_snapshot(replace(snap, tasks=tasks))
+    engine.owner = "engine-a"  # type: ignore[attr-defined]
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen), "quit dialog")
+        assert isinstance(app.screen, QuitScreen) and app.screen.running == 1
+        await pilot.press("escape")
+    engine = sc.several_running()
+    engine.set_snapshot(replace(snap, tasks=tuple(replace(t, owner="engine-b") for t in snap.tasks)))
+    engine.owner = "engine-a"  # type: ignore[attr-defined]
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await wait_for(pilot, lambda: engine.shutdown_calls, "shutdown")
+        assert not isinstance(app.screen, QuitScreen)
+    assert engine.shutdown_calls == [True]

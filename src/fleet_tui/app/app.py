@@ -833,7 +833,14 @@ class FleetApp(WheelKeys, App[None]):
     # ------------------------------------------------------------------ quit
 
     async def action_quit(self) -> None:
-        running = sum(1 for t in self.tasks.values() if t.status in ACTIVE or t.paused_running)
+        # the agents quitting stops or leaves: this engine's own (another engine on the store
+        # runs its agents whatever the cockpit does); an engine without an owner: every agent
+        owner = getattr(self.engine, "owner", None)
+        running = sum(
+            1
+            for t in self.tasks.values()
+            if (t.status in ACTIVE or t.paused_running) and (owner is None or t.owner == owner)
+        )
         if running and self.on_quit == "ask":
 
             def chosen(choice: QuitChoice | None) -> None:
