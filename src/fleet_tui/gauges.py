@@ -282,7 +282,8 @@ def pulses(snap: Snapshot, now: float, per_host: bool = False) -> list[Pulse]:
     if total is None:
         return []
     out = _pulses(total, "fleet")
-    out[0] = replace(out[0], now=str(snap.gauges.running))  # agents now, not the bucket's peak
+    g = snap.gauges  # the fleet's agents now (every engine's), not the bucket's peak
+    out[0] = replace(out[0], now=str(g.running + g.running_elsewhere))
     if per_host and len(snap.series) > 1:
         for s in snap.series:  # one line per host: its running agents
             out.append(_pulses(window(s, now), _clean(s.host))[0])

@@ -4,6 +4,7 @@ bucketing, counting only growth, hosts summed, the store round trip, and `status
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,10 @@ def test_an_engines_slots_count_its_own_agents_and_the_other_engines_apart(tmp_p
         slots = {r.key: r for r in gauges.gauges(mine, T0)}["slots"]
         assert (slots.value, slots.state, slots.note) == ("1/4", "ok", "+3 on other engines")
         assert dict(slots.numbers)["elsewhere"] == 3
+        pulse = gauges.pulses(
+            replace(mine, series=(HostSeries("h", 30.0, T0 - 30, (4, 4), (0, 0), (0, 0), (0, 0)),)), T0
+        )
+        assert pulse[0].now == "4"  # the fleet's agents line: every engine's
         whole = build_snapshot(store, cfg, T0)
         assert (whole.gauges.running, whole.gauges.running_elsewhere) == (4, 0)
         slots = {r.key: r for r in gauges.gauges(whole, T0)}["slots"]
