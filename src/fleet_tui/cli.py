@@ -516,11 +516,18 @@ def cmd_plan(ctx: Ctx) -> int:
 
 def cmd_hosts(ctx: Ctx) -> int:
     from fleet_tui.scheduler.policy.headroom import format_gib
+    from fleet_tui.scheduler.states import ACTIVE
 
     now = time.time()
     hosts = ctx.store.hosts()
     if not hosts:
         print("no hosts have run an engine on this store yet")
+    # a live host's agents are counted from the tasks: two engines on one machine (a `run` and
+    # a cockpit, say) write the same host row in turn, each with its own agents only
+    running: dict[str, int] = {}
+    for t in ctx.store.list_tasks() if hosts else ():
+        if t.status in ACTIVE and t.host:
+            running[t.host] = running.get(t.host, 0) + 1
     for h in hosts:
         age = now - h.heartbeat
         live = age < max(3 * ctx.cfg.heartbeat_s, 5.0)
@@ -531,7 +538,7 @@ def cmd_hosts(ctx: Ctx) -> int:
         load = f"{h.load:.2f}" if h.load is not None else "?"
         line = (
             f"{h.name}  {state}  cores {h.cores}  load/core {load}  mem {mem}  disk {disk}  "
-            f"running {h.running if live else f'none now ({h.running} at its last report)'}  "
+            f"running {running.get(h.name, 0) if live else f'none now ({h.running} at its last report)'}  "
             f"tags {','.join(h.tags) or '-'}  v{h.version}"
         )
         print(clean(line, one_line=True))  # another host wrote this row

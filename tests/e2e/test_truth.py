@@ -320,6 +320,27 @@ def test_a_broken_config_keeps_reads_working_and_config_set_repairs_it(tmp_path:
     assert fleet(home, "config", "get", "max_concurrent").stdout.strip() == "3"
 
 
+def test_hosts_counts_every_engine_of_a_machine(tmp_path: Path) -> None:
+    """Two engines on one machine write one host row in turn, each with its own agents: `hosts`
+    counts a live host's agents from the tasks (it said 1 here, the last writer's, for 3)."""
+    from fleet_tui.scheduler.model import Host, TaskSpec
+    from fleet_tui.scheduler.store.sqlite_store import SqliteStore
+
+    home = tmp_path / "home"
+    fleet(home, "status")  # the home and its store
+    store = SqliteStore(str(home / "fleet.db"))
+    now = time.time()
+    try:
+        store.add_tasks([TaskSpec(name=f"t{i}", prompt="x", cwd=str(tmp_path)) for i in range(4)], now)
+        for owner in ("engine-a", "engine-a", "engine-b"):
+            assert store.claim(owner, "box", (), now, 600.0, "shell", None) is not None
+        store.upsert_host(Host(name="box", heartbeat=now, cores=2, running=1))  # engine-b's report
+    finally:
+        store.close()
+    out = fleet(home, "hosts").stdout
+    assert "box live" in out and "running 3 " in out, out
+
+
 def test_a_running_engine_prints_a_rejected_config_edit(tmp_path: Path) -> None:
     home = home_with(tmp_path)
     log = tmp_path / "run.log"
