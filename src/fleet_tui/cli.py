@@ -495,7 +495,7 @@ def cmd_plan(ctx: Ctx) -> int:
     from fleet_tui.coders.base import get_coder
 
     eng = _engine(ctx)
-    decisions = anyio.run(eng.plan)
+    decisions = eng.planner.plan(False, _running_here(ctx, eng.host))
     if not decisions:
         print("nothing queued")
     usable: dict[str, tuple[bool, str]] = {}
@@ -512,6 +512,19 @@ def cmd_plan(ctx: Ctx) -> int:
         else:
             print(f"{t.name}: {'would start' if d.ok else 'waits: ' + clean(d.reason or '?', one_line=True)}")
     return 0
+
+
+def _running_here(ctx: Ctx, host: str) -> int:
+    """The agents the live engines on this machine run now: the slots a plan made here counts
+    as taken. The plan's own engine has none; counted as free, a queue behind a running engine's
+    full slots read "would start" while that engine, rightly, started nothing."""
+    from fleet_tui.scheduler.states import ACTIVE
+
+    now = time.time()
+    live = {e["owner"] for e in ctx.store.live_engines(now, max(3 * ctx.cfg.heartbeat_s, 5.0))}
+    if not live:
+        return 0
+    return sum(1 for t in ctx.store.list_tasks() if t.status in ACTIVE and t.host == host and t.owner in live)
 
 
 def cmd_hosts(ctx: Ctx) -> int:

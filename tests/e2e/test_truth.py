@@ -341,6 +341,38 @@ def test_hosts_counts_every_engine_of_a_machine(tmp_path: Path) -> None:
     assert "box live" in out and "running 3 " in out, out
 
 
+def test_plan_counts_the_agents_a_live_engine_runs_on_this_machine(tmp_path: Path) -> None:
+    """With an engine running here at its cap, `plan` says the queue waits for slots, as that
+    engine does; it used to plan from empty slots and say "would start" for every task."""
+    import socket
+
+    from fleet_tui.scheduler.model import TaskSpec
+    from fleet_tui.scheduler.store.sqlite_store import SqliteStore
+
+    home = home_with(tmp_path, "max_concurrent = 3")
+    fleet(home, "status")  # the home and its store
+    store = SqliteStore(str(home / "fleet.db"))
+    now = time.time()
+    try:
+        store.add_tasks(
+            [TaskSpec(name=f"t{i}", prompt="x", cwd=str(tmp_path), coder="sim") for i in range(5)], now
+        )
+        store.register_engine("engine-a", socket.gethostname(), os.getpid(), 0.0, now)
+        for _ in range(3):
+            assert store.claim("engine-a", socket.gethostname(), (), now, 600.0, "sim", None) is not None
+    finally:
+        store.close()
+    out = fleet(home, "plan").stdout
+    assert out.count("waits: slots full: 3/3 running") == 2, out
+    store = SqliteStore(str(home / "fleet.db"))
+    try:
+        store.unregister_engine("engine-a", time.time())  # gone: its agents are no engine's slots
+    finally:
+        store.close()
+    out = fleet(home, "plan").stdout
+    assert "t3: would start" in out and "t4: would start" in out, out
+
+
 def test_a_running_engine_prints_a_rejected_config_edit(tmp_path: Path) -> None:
     home = home_with(tmp_path)
     log = tmp_path / "run.log"
