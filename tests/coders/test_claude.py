@@ -16,6 +16,7 @@ from fleet_tui.coders.base import AttemptContext, get_coder
 from fleet_tui.coders.claude import (
     ASK_HUMAN_TOOL,
     DEFAULT_CONTEXT_WINDOW,
+    SEEN_MESSAGES,
     ClaudeCoder,
     ClaudeNormalizer,
 )
@@ -223,6 +224,29 @@ def test_usage_is_counted_once_per_message_id() -> None:
             ids.append(obj["message"]["id"])
     assert len(ids) == 3 and len(set(ids)) == 2  # two lines share one message id
     assert len(message_usage(events)) == 2
+
+
+def test_a_long_attempt_remembers_only_its_latest_message_ids() -> None:
+    """Usage is counted once per message id, and the ids remembered for it are the latest
+    ``SEEN_MESSAGES``: an agent writing a message a line (a burst of 200 lines a second) made the
+    engine keep every id of the attempt, 130 bytes a line, without bound."""
+    n = ClaudeNormalizer("t1", 1)
+
+    def line(i: int, block: str) -> str:
+        msg = {
+            "id": f"msg_{i:06d}",
+            "content": [{"type": "text", "text": block}],
+            "usage": {"output_tokens": 1},
+        }
+        return json.dumps({"type": "assistant", "message": msg})
+
+    counted = 0
+    for i in range(SEEN_MESSAGES + 500):
+        counted += len(message_usage(n.feed(line(i, "a"), 1.0)))
+        counted += len(message_usage(n.feed(line(i, "b"), 1.0)))  # its next block: the same id
+    assert counted == SEEN_MESSAGES + 500  # once per message
+    assert len(n._seen_messages) == SEEN_MESSAGES
+    assert "msg_000000" not in n._seen_messages and f"msg_{SEEN_MESSAGES + 499:06d}" in n._seen_messages
 
 
 @pytest.mark.parametrize(

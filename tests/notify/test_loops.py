@@ -12,7 +12,7 @@ from tests.notify.receiver import Receiver
 
 from fleet_tui.coders.claude import ClaudeCoder
 from fleet_tui.scheduler.model import Event, Usage
-from fleet_tui.scheduler.policy.loops import LoopDetector, LoopLimits
+from fleet_tui.scheduler.policy.loops import SEEN_LIMIT, LoopDetector, LoopLimits
 from helpers import by_name, fleet, fleet_bg, quiet_home, wait_for
 
 STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "streams"
@@ -147,3 +147,14 @@ def test_asking_an_answered_question_again_is_caught(tmp_path: Path) -> None:
     task = by_name(home)["forgetful"]
     assert task["status"] == "needs_human"
     assert task["reason"] == 'looping: asked "Which database?" again after it was answered'
+
+
+def test_an_attempts_watcher_remembers_a_bounded_number_of_texts() -> None:
+    """What an attempt has said is remembered to tell new output from old, up to ``SEEN_LIMIT``
+    texts: a loud attempt saying something new on every line no longer grows the watcher's
+    memory without bound (14 MB an attempt at the old limit; 32 such attempts at once)."""
+    d = LoopDetector(LoopLimits(output_tokens=1000))
+    for i in range(SEEN_LIMIT + 50):
+        assert d.feed(text(f"line {i}", i, out_tokens=1)) is None  # each one new
+    seen = d._att[("t", 1)].seen_texts
+    assert SEEN_LIMIT // 2 <= len(seen) <= SEEN_LIMIT

@@ -37,6 +37,11 @@ DEFAULT_CONTEXT_WINDOW = 200_000
 #: how long (ms) Claude Code lets an MCP tool call run: ask_human blocks until a human answers
 MCP_TOOL_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 ASK_HUMAN_TOOL = "mcp__ask_human__ask_human"
+#: message ids a normalizer remembers to count each message's usage once. Claude Code writes a
+#: message's id on the line of each of its content blocks, one after another (a subagent's lines
+#: may come between): the latest ids are enough. Every id of the attempt was kept before, one per
+#: line of an agent that writes a message a line: 130 bytes a line, without bound
+SEEN_MESSAGES = 1024
 #: environment variables that mean Claude Code authenticates without the user's login
 _API_CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 #: what of the user's config dir a run with its own CLAUDE_CONFIG_DIR links to (read by the CLI)
@@ -127,7 +132,8 @@ class ClaudeNormalizer(BaseNormalizer):
         self.model: str | None = None
         self.context_window: int | None = None
         self.context_tokens: int | None = None
-        self._seen_messages: set[str] = set()
+        #: the ids of the latest messages whose usage was counted (``SEEN_MESSAGES`` at most)
+        self._seen_messages: dict[str, None] = {}
         self._counted = Usage()
         self.saw_result = False
         self.result: dict[str, Any] = {}
@@ -215,7 +221,9 @@ class ClaudeNormalizer(BaseNormalizer):
             out.append(self.ev(ts, "error", text=str(err), is_error=True, raw=obj))
         mid = msg.get("id")
         if isinstance(mid, str) and mid not in self._seen_messages and "usage" in msg:
-            self._seen_messages.add(mid)
+            self._seen_messages[mid] = None
+            if len(self._seen_messages) > SEEN_MESSAGES:
+                del self._seen_messages[next(iter(self._seen_messages))]  # the oldest
             usage = usage_of(msg.get("usage"))
             if usage.total or not err:
                 self._counted = _add(self._counted, usage)

@@ -58,7 +58,13 @@ def describe_call(tool: str | None, tool_input: Any) -> str:
     return f'{tool or "tool"} "{text}"'
 
 
-def _remember(seen: set[int], h: int, limit: int = 100_000) -> None:
+#: texts and calls (their hashes) an attempt's watcher remembers as said, per kind: a repeat of
+#: one forgotten counts as new, which only delays the "nothing new" sign. At 100,000 a loud
+#: attempt's two sets held 14 MB, and 32 loud attempts at once several hundred
+SEEN_LIMIT = 10_000
+
+
+def _remember(seen: set[int], h: int, limit: int = SEEN_LIMIT) -> None:
     if len(seen) >= limit:  # an attempt this long: forget the oldest half of the past (any half)
         for x in list(seen)[: limit // 2]:
             seen.discard(x)
