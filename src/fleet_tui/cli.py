@@ -252,9 +252,7 @@ def cmd_run(ctx: Ctx) -> int:
 def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
     from fleet_tui.report import fresh_waiting
 
-    return fresh_waiting(
-        ctx.store, tasks, now, max(3 * ctx.cfg.heartbeat_s, 5.0), lambda: anyio.run(_engine(ctx).plan)
-    )
+    return fresh_waiting(ctx.store, tasks, now, _stale_s(ctx), lambda: anyio.run(_engine(ctx).plan))
 
 
 def cmd_status(ctx: Ctx) -> int:
@@ -514,36 +512,43 @@ def cmd_plan(ctx: Ctx) -> int:
     return 0
 
 
+def _stale_s(ctx: Ctx) -> float:
+    """How long after its last heartbeat an engine (or its host) no longer counts as live."""
+    return max(3 * ctx.cfg.heartbeat_s, 5.0)
+
+
+def _agents_by_host(ctx: Ctx, owners: set[str] | None = None) -> dict[str, int]:
+    """Running agents per host, counted from the tasks (of these engines only, when given): two
+    engines on one machine (a `run` and a cockpit, say) write the same host row in turn, each
+    with its own agents only."""
+    from fleet_tui.scheduler.states import ACTIVE
+
+    running: dict[str, int] = {}
+    for t in ctx.store.list_tasks():
+        if t.status in ACTIVE and t.host and (owners is None or t.owner in owners):
+            running[t.host] = running.get(t.host, 0) + 1
+    return running
+
+
 def _running_here(ctx: Ctx, host: str) -> int:
     """The agents the live engines on this machine run now: the slots a plan made here counts
     as taken. The plan's own engine has none; counted as free, a queue behind a running engine's
     full slots read "would start" while that engine, rightly, started nothing."""
-    from fleet_tui.scheduler.states import ACTIVE
-
-    now = time.time()
-    live = {e["owner"] for e in ctx.store.live_engines(now, max(3 * ctx.cfg.heartbeat_s, 5.0))}
-    if not live:
-        return 0
-    return sum(1 for t in ctx.store.list_tasks() if t.status in ACTIVE and t.host == host and t.owner in live)
+    live = {e["owner"] for e in ctx.store.live_engines(time.time(), _stale_s(ctx))}
+    return _agents_by_host(ctx, live).get(host, 0) if live else 0
 
 
 def cmd_hosts(ctx: Ctx) -> int:
     from fleet_tui.scheduler.policy.headroom import format_gib
-    from fleet_tui.scheduler.states import ACTIVE
 
     now = time.time()
     hosts = ctx.store.hosts()
     if not hosts:
         print("no hosts have run an engine on this store yet")
-    # a live host's agents are counted from the tasks: two engines on one machine (a `run` and
-    # a cockpit, say) write the same host row in turn, each with its own agents only
-    running: dict[str, int] = {}
-    for t in ctx.store.list_tasks() if hosts else ():
-        if t.status in ACTIVE and t.host:
-            running[t.host] = running.get(t.host, 0) + 1
+    running = _agents_by_host(ctx) if hosts else {}  # a live host's, not its row's last writer's
     for h in hosts:
         age = now - h.heartbeat
-        live = age < max(3 * ctx.cfg.heartbeat_s, 5.0)
+        live = age < _stale_s(ctx)
         # a silent host's figures are its last report, not the present: say how old they are
         state = "live" if live else f"silent {fmt_dur(age)} (its figures are that old)"
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"

@@ -117,11 +117,11 @@ def build_snapshot(
     if load is None and mem is None and live:
         h = max(live, key=lambda h: h.heartbeat)
         load, mem, disk = h.load, h.mem_available, h.disk_free
-    active = sum(1 for t in tasks if t.status in ACTIVE)
-    own = active if owner is None else sum(1 for t in tasks if t.status in ACTIVE and t.owner == owner)
+    active = [t for t in tasks if t.status in ACTIVE]
+    own = len(active) if owner is None else sum(1 for t in active if t.owner == owner)
     g = Gauges(
         running=own,
-        running_elsewhere=active - own,
+        running_elsewhere=len(active) - own,
         max_concurrent=cfg.max_concurrent,
         paused=store.get_setting("fleet_paused") == "1",
         load_per_core=load,
