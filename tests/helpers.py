@@ -109,3 +109,20 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return data[data.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def shim_record(attempt: Path, timeout: float = 30.0) -> dict[str, Any]:
+    """The attempt's ``shim.json`` once it names the agent. The shim writes it after the agent
+    started (one write less before the agent), so an agent's first output or a task's "running"
+    can come before it: wait for the record, never read it at once."""
+
+    def read() -> dict[str, Any] | None:
+        try:
+            data = json.loads((attempt / "shim.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and "agent_pid" in data else None
+
+    found = wait_for(read, timeout, what=f"{attempt / 'shim.json'} naming the agent")
+    assert found is not None
+    return found

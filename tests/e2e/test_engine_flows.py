@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import by_name, fleet, fleet_bg, pid_alive, status, wait_for
+from helpers import by_name, fleet, fleet_bg, pid_alive, shim_record, status, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -105,7 +105,7 @@ def test_kill_stops_sigterm_ignoring_agent_and_setsid_grandchild(tmp_path: Path)
         wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, what="the escapee's pid")
         grandchild = int(pidfile.read_text())
         t = by_name(home)["stubborn"]
-        shim_info = json.loads((home / "tasks" / t["id"] / "attempts" / "1" / "shim.json").read_text())
+        shim_info = shim_record(home / "tasks" / t["id"] / "attempts" / "1")
         tree = [shim_info["pid"], shim_info["agent_pid"], grandchild]
         tree += [c.pid for c in psutil.Process(shim_info["pid"]).children(recursive=True)]
         assert os.getsid(grandchild) != os.getsid(shim_info["agent_pid"])  # it really escaped
@@ -224,7 +224,7 @@ def test_crashed_attempt_is_resumed_with_an_assess_first_prompt(tmp_path: Path) 
     run1 = fleet_bg(home, "run", log=tmp_path / "run1.log")
     wait_for(lambda: log.exists() and "start 1" in log.read_text(), 30, what="the first attempt")
     t = by_name(home)["c"]
-    shim = json.loads((home / "tasks" / t["id"] / "attempts" / "1" / "shim.json").read_text())
+    shim = shim_record(home / "tasks" / t["id"] / "attempts" / "1")
     # the whole machine "crashes": supervisor, shim and agent die without a word
     for pid in (run1.pid, shim["pid"], shim["agent_pid"]):
         os.kill(pid, signal.SIGKILL)

@@ -6,7 +6,6 @@ no process is left behind, nothing runs twice at once, and the task ends where i
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import by_name, fleet, fleet_bg, pid_alive, wait_for
+from helpers import by_name, fleet, fleet_bg, pid_alive, shim_record, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -69,7 +68,7 @@ def test_kill9_shim_kills_its_agent_before_the_next_attempt(tmp_path: Path) -> N
         first = [int(line.split()[1]) for line in log.read_text().splitlines()]
         (tmp_path / "first.pids").write_text(" ".join(map(str, first)))
         t = by_name(home)["s"]
-        shim = json.loads((home / "tasks" / t["id"] / "attempts" / "1" / "shim.json").read_text())
+        shim = shim_record(home / "tasks" / t["id"] / "attempts" / "1")
         os.kill(shim["pid"], signal.SIGKILL)
         wait_for(lambda: by_name(home)["s"]["status"] == "done", 60, what="the task to finish")
         lines = log.read_text().splitlines()

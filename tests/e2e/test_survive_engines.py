@@ -7,13 +7,12 @@ store sweeping worktrees at start-up.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import FLEET, by_name, fleet, fleet_bg, fleet_env, pid_alive, wait_for
+from helpers import FLEET, by_name, fleet, fleet_bg, fleet_env, pid_alive, shim_record, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -79,7 +78,7 @@ def test_engine_with_another_store_keeps_a_live_worktree(tmp_path: Path) -> None
     try:
         wait_for(lambda: by_name(home)["w"]["status"] == "running", 30, what="the task to run")
         t = by_name(home)["w"]
-        shim = json.loads((home / "tasks" / t["id"] / "attempts" / "1" / "shim.json").read_text())
+        shim = shim_record(home / "tasks" / t["id"] / "attempts" / "1")
         wt = home / "worktrees" / "w"
         assert wt.is_dir()
         other = f"sqlite:///{tmp_path / 'other.db'}"

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import psutil
 import pytest
 
-from helpers import by_name, fleet, wait_for
+from helpers import by_name, fleet, shim_record, wait_for
 
 T = TypeVar("T")
 
@@ -369,8 +369,7 @@ def one_agent_in_tmux(
     proc = psutil.Process(int(cp.pane("#{pane_pid}")))  # exec: the pane's process itself
     cp.wait(lambda: by_name(home)["long"]["status"] == "running", timeout=30, what="the agent running")
     attempt = home / "tasks" / by_name(home)["long"]["id"] / "attempts" / "1"
-    cp.wait(lambda: (attempt / "shim.json").exists(), timeout=30, what="the shim's record")
-    agent = psutil.Process(json.loads((attempt / "shim.json").read_text())["agent_pid"])
+    agent = psutil.Process(shim_record(attempt)["agent_pid"])
     return proc, agent, attempt
 
 

@@ -246,6 +246,8 @@ def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> Non
         assert group != Path("/proc/self/autogroup").read_text().strip()  # not ours
         for (adir, _), (_, own) in zip(shims, seen, strict=True):
             nice, pgrp, sid = (int(x) for x in own.split())
+            # written once the agent runs, so it can come after the agent's first lines
+            _wait(lambda adir=adir: "agent_pid" in (read_json(adir / "shim.json") or {}), "the shim's record")
             shim = read_json(adir / "shim.json")
             assert shim is not None
             assert nice == 7
