@@ -51,10 +51,58 @@ def test_store_round_trip(tmp_path: Path) -> None:
     c.observe(T0, 0, [])
     c.observe(T0 + 1, 1, [Counters(("t", 1), 7, 70, 0.07)])
     c.save(store, T0 + 1)
-    got = series.load(store, ["box1", "nobody"], T0 + 2)
+    got = series.load(store, T0 + 2)
     assert [s.host for s in got] == ["box1"] and got[0].events == (7,)
     store.set_setting("series:bad", "{not json")
-    assert series.load(store, ["bad"], T0) == []
+    assert [s.host for s in series.load(store, T0 + 2)] == ["box1"]  # a bad row is left out
+    assert series.load(store, T0 + 2, skip=c.key) == []
+
+
+def test_two_engines_on_one_host_keep_a_row_each_and_their_host_sums_them(tmp_path: Path) -> None:
+    """A cockpit and a headless `run` on one machine each count their own agents. With one row
+    per host, whichever saved last was the host's whole pulse: the other's history was lost."""
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        run = SeriesCollector("box1", key="box1:100:aa")
+        cockpit = SeriesCollector("box1", key="box1:200:bb")
+        elsewhere = SeriesCollector("box2", key="box2:300:cc")
+        for c in (run, cockpit, elsewhere):
+            c.observe(T0, 0, [])
+        run.observe(T0 + 1, 3, [Counters(("r", 1), 30, 300, 0.3)])
+        cockpit.observe(T0 + 1, 4, [Counters(("c", 1), 40, 400, 0.4)])
+        elsewhere.observe(T0 + 1, 1, [Counters(("e", 1), 5, 50, 0.05)])
+        for c in (run, cockpit, elsewhere):
+            c.save(store, T0 + 1)
+        # a row an older version wrote for its whole host, still within the hour
+        store.set_setting("series:box3", series.encode(HostSeries("box3", 30.0, T0, (2,), (6,), (0,), (0,))))
+        got = series.by_host(series.load(store, T0 + 2), T0 + 2)
+        assert [s.host for s in got] == ["box1", "box2", "box3"]
+        assert (got[0].running, got[0].events, got[0].tokens) == ((7,), (70,), (700,))
+        assert got[0].cost == (0.7,) or abs(got[0].cost[0] - 0.7) < 1e-9
+        assert (got[1].events, got[2].events) == ((5,), (6,))
+        total = series.fleet_total(got, T0 + 2)
+        assert total is not None and total.running == (10,) and total.events == (81,)
+    finally:
+        store.close()
+
+
+def test_an_engine_starting_prunes_the_rows_that_ended_over_an_hour_ago(tmp_path: Path) -> None:
+    """Each engine's run leaves a row for the hour after it; without pruning, an engine started
+    by cron each minute would leave a row a minute for ever."""
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        hour = series.KEEP * series.BUCKET_S
+        old = HostSeries("box1", 30.0, T0 - hour - 60, (1,), (1,), (0,), (0,))  # ended 90 s too early
+        recent = HostSeries("box1", 30.0, T0 - hour + 30, (1,), (1,), (0,), (0,))
+        store.set_setting("series:box1:1:old", series.encode(old))
+        store.set_setting("series:box1:2:recent", series.encode(recent))
+        store.set_setting("series:box1:3:garbled", "{")
+        store.set_setting("fleet_paused", "1")  # not a series: left alone
+        assert series.prune(store, T0) == 2
+        assert sorted(store.settings_with_prefix("series:")) == ["series:box1:2:recent"]
+        assert store.get_setting("fleet_paused") == "1"
+    finally:
+        store.close()
 
 
 def test_gauge_states_and_countdown() -> None:
@@ -161,5 +209,42 @@ async def test_an_engine_builds_its_snapshot_with_its_own_slots(tmp_path: Path) 
         await engine._refresh_snapshot()
         g = engine.snapshot().gauges
         assert (g.running, g.running_elsewhere) == (1, 1)
+    finally:
+        store.close()
+
+
+async def test_an_engines_pulse_adds_the_other_engines_on_its_host(tmp_path: Path) -> None:
+    """Its own series is fresher than its stored row: it reads the other engines' rows and adds
+    its own, on a whole build and on the quick ones between (no store read)."""
+    import time
+
+    from fleet_tui.config import Config
+    from fleet_tui.scheduler.engine import Engine
+
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        engine = Engine(store, tmp_path, Config(max_concurrent=4), host="here")
+        now = time.time()
+        start = now // 30 * 30
+        other = HostSeries("here", 30.0, start, (3,), (300,), (0,), (0,))
+        store.set_setting("series:here:1:other", series.encode(other))
+        store.set_setting(
+            engine.series.key, series.encode(HostSeries("here", 30.0, start, (9,), (9,), (0,), (0,)))
+        )
+        engine.series.observe(now, 0, [])
+        engine.series.observe(now, 2, [Counters(("t", 1), 20, 0, 0.0)])  # its own, not yet saved
+        engine.generation += 1  # a whole build
+        await engine._refresh_snapshot()
+        (here,) = engine.snapshot().series
+        assert here.host == "here" and here.running[-1] == 3 + 2 and here.events[-1] == 300 + 20
+        # the other engine's row changes, but a quick build (nothing changed here) reads no store
+        store.set_setting("series:here:1:other", series.encode(replace(other, events=(999,))))
+        engine.series.observe(now, 1, [Counters(("t", 2), 7, 0, 0.0)])
+        generation = engine._snap_generation
+        await engine._refresh_snapshot()
+        assert engine._snap_generation == generation  # it was a quick one
+        (here,) = engine.snapshot().series
+        own = engine.series.series(now)
+        assert own.events[-1] == 20 + 7 and here.events[-1] == 300 + own.events[-1]
     finally:
         store.close()

@@ -622,6 +622,15 @@ def test_hosts_settings_rate_limits(store: Any) -> None:
     assert store.get_setting("paused") == "0"
     store.set_setting("paused", None)
     assert store.get_setting("paused") is None
+    for key in ("series:a:1:x", "series:b", "series;", "series", "seriez:a", "Series:a", "series:%"):
+        store.set_setting(key, key.upper())
+    assert store.settings_with_prefix("series:") == {
+        "series:a:1:x": "SERIES:A:1:X",
+        "series:b": "SERIES:B",
+        "series:%": "SERIES:%",
+    }
+    assert store.settings_with_prefix("series:%") == {"series:%": "SERIES:%"}  # no wildcard
+    assert store.settings_with_prefix("nothing") == {}
     rl = RateLimit("claude", "rejected", 0.99, NOW + 600, "five_hour", NOW)
     store.put_rate_limit(rl, NOW + 600)
     store.put_rate_limit(RateLimit("codex", observed_at=NOW), None)

@@ -49,6 +49,7 @@ from fleet_tui.scheduler.model import (
     Event,
     GaugesChanged,
     Host,
+    HostSeries,
     Notice,
     QuestionChanged,
     Snapshot,
@@ -66,8 +67,9 @@ from fleet_tui.scheduler.policy.verify import AgentReviewer
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.owned import reap_stale
 from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits, ShimPool, write_lease
-from fleet_tui.scheduler.series import Counters, SeriesCollector
-from fleet_tui.scheduler.series import window as series_window
+from fleet_tui.scheduler.series import Counters, SeriesCollector, by_host
+from fleet_tui.scheduler.series import load as load_series
+from fleet_tui.scheduler.series import prune as prune_series
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.changes import changed
 from fleet_tui.scheduler.store.outage import Resilient, is_transient, store_error_of
@@ -145,7 +147,8 @@ class Engine(Controller):
         self.tags = tuple(tags) or tuple(self.cfg.host_tags)
         self._hb_ok_at = time.time()  # the last heartbeat the store accepted (wall clock)
         self._hb_busy = False
-        self.series = SeriesCollector(self.host)
+        self.series = SeriesCollector(self.host, key=self.owner)
+        self._pulse_others: list[HostSeries] = []  # the other engines' stored series, last read
         self.runners: dict[str, Running] = {}
         #: claimed tasks whose attempt is being prepared and started (``_start``), each with the
         #: event set when its start has settled (its runner runs, or it failed to start)
@@ -280,6 +283,8 @@ class Engine(Controller):
             float(shimmod.proc_start_ticks(me) or 0),
             self.clock(),
         )
+        # each engine's run leaves its pulse for the hour after it; older ones go now
+        await anyio.to_thread.run_sync(prune_series, self.store, self.clock())
         if self.cfg.max_concurrent > 0:
             if self.shim_pool is None:
                 self.shim_pool = ShimPool.for_home(self.home, self.cfg.max_concurrent, self.cfg.agent_nice)
@@ -903,11 +908,9 @@ class Engine(Controller):
                     agent_mem=mem,
                     agent_mem_measured=source == "measured",
                 )
-                own = series_window(self.series.series(now), now)
-                pulse = (*(x for x in self._snapshot.series if x.host != self.host), own)
-                return dataclasses.replace(
-                    self._snapshot, taken_at=now, gauges=g, series=tuple(sorted(pulse, key=lambda x: x.host))
-                )
+                pulse = by_host([*self._pulse_others, self.series.series(now)], now)
+                return dataclasses.replace(self._snapshot, taken_at=now, gauges=g, series=pulse)
+            self._pulse_others = load_series(self.store, now, skip=self.series.key)
             return build_snapshot(
                 self.store,
                 self.cfg,
@@ -915,7 +918,7 @@ class Engine(Controller):
                 load=h.load_per_core if h else None,
                 mem=h.mem_available if h else None,
                 disk=h.disk_free if h else None,
-                own_series=self.series.series(now),
+                pulse=by_host([*self._pulse_others, self.series.series(now)], now),
                 agent_mem=(mem, source == "measured"),
                 mirror=self._tasks_mirror,  # reads only the task rows that changed
                 owner=self.owner,  # its slots: its own agents against its own cap

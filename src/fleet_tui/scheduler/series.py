@@ -3,10 +3,14 @@
 Why it exists: the cockpit draws sparklines of the last hour, and so must an attached cockpit and
 ``fleet-tui status --gauges``, which live in other processes. So the history is collected where the
 agents are (each engine samples its own runners once a second, ``SeriesCollector.observe``), kept in
-fixed buckets, and written to the store under ``series:<host>`` (``save``); ``load`` reads every
-host's back and ``fleet_total`` sums them. Buckets are aligned to the epoch, so the hosts' buckets
-line up. Counters are cumulative per attempt (a runner's event ``seq``, tokens and cost) and only
-their growth is counted, so a restart or a new attempt never counts anything twice.
+fixed buckets, and written to the store under ``series:<engine>`` (``save``); ``load`` reads every
+engine's back, ``by_host`` sums each host's engines (two engines on one machine, say a cockpit and
+a headless ``run``, each count their own agents) and ``fleet_total`` sums the hosts. Buckets are
+aligned to the epoch, so they line up. Rows of a version before per-engine rows
+(``series:<host>``) are read alike. An engine starting drops the rows that ended over an hour
+ago (``prune``): each engine's run leaves one. Counters are cumulative per attempt (a runner's
+event ``seq``, tokens and cost) and only their growth is counted, so a restart or a new attempt
+never counts anything twice.
 
 No textual or rich imports; pure apart from ``save``/``load``, which take the store.
 """
@@ -39,8 +43,11 @@ class Counters:
 class SeriesCollector:
     """Samples of one host, bucketed. ``observe`` once a second; ``series`` for the snapshot."""
 
-    def __init__(self, host: str, *, bucket_s: float = BUCKET_S, keep: int = KEEP) -> None:
+    def __init__(
+        self, host: str, *, key: str | None = None, bucket_s: float = BUCKET_S, keep: int = KEEP
+    ) -> None:
         self.host = host
+        self.key = SETTING + (key or host)  # its row in the store: the engine's own
         self.bucket_s = bucket_s
         self.keep = keep
         self._buckets: dict[int, list[float]] = {}  # index -> [running peak, events, tokens, cost]
@@ -87,7 +94,7 @@ class SeriesCollector:
         if now - self._saved_at < SAVE_EVERY_S:
             return
         self._saved_at = now
-        store.set_setting(SETTING + self.host, encode(self.series(now)))
+        store.set_setting(self.key, encode(self.series(now)))
 
 
 def encode(s: HostSeries) -> str:
@@ -152,19 +159,55 @@ def window(s: HostSeries, now: float, keep: int = KEEP) -> HostSeries:
     )
 
 
-def load(store: Store, hosts: Iterable[str], now: float) -> list[HostSeries]:
-    """Every named host's stored series, cut to the last hour (hosts without one are left out)."""
+def _recent(s: HostSeries, now: float) -> bool:
+    return s.start + s.bucket_s * len(s.running) > now - KEEP * s.bucket_s
+
+
+def load(store: Store, now: float, *, skip: str | None = None) -> list[HostSeries]:
+    """Every engine's stored series that reaches into the last hour, cut to it; ``skip``: the
+    row (``SeriesCollector.key``) of the caller, who has a fresher copy of its own."""
     out = []
-    for name in hosts:
-        text = store.get_setting(SETTING + name)
-        s = decode(text) if text else None
-        if s is not None and s.start + s.bucket_s * len(s.running) > now - KEEP * s.bucket_s:
+    for key, text in sorted(store.settings_with_prefix(SETTING).items()):
+        s = decode(text) if key != skip else None
+        if s is not None and _recent(s, now):
             out.append(window(s, now))
     return out
 
 
+def prune(store: Store, now: float) -> int:
+    """Drop the stored series that ended over an hour ago, and rows that are not series;
+    how many went."""
+    gone = 0
+    for key, text in store.settings_with_prefix(SETTING).items():
+        s = decode(text)
+        if s is None or not _recent(s, now):
+            store.set_setting(key, None)
+            gone += 1
+    return gone
+
+
+def by_host(series: Sequence[HostSeries], now: float) -> tuple[HostSeries, ...]:
+    """One series per host, its engines' summed, sorted by host."""
+    hosts: dict[str, list[HostSeries]] = {}
+    for s in series:
+        hosts.setdefault(s.host, []).append(s)
+    out = []
+    for host, mine in sorted(hosts.items()):
+        if len(mine) == 1:
+            out.append(window(mine[0], now))
+            continue
+        total = _sum(mine, host, now)
+        if total is not None:
+            out.append(total)
+    return tuple(out)
+
+
 def fleet_total(series: Sequence[HostSeries], now: float) -> HostSeries | None:
     """The hosts' series summed bucket by bucket (all aligned to the same bucket size)."""
+    return _sum(series, "fleet", now)
+
+
+def _sum(series: Sequence[HostSeries], name: str, now: float) -> HostSeries | None:
     if not series:
         return None
     bucket = series[0].bucket_s
@@ -183,4 +226,4 @@ def fleet_total(series: Sequence[HostSeries], now: float) -> HostSeries | None:
             events[off + i] += s.events[i]
             tokens[off + i] += s.tokens[i]
             cost[off + i] += s.cost[i]
-    return HostSeries("fleet", bucket, lo * bucket, tuple(running), tuple(events), tuple(tokens), tuple(cost))
+    return HostSeries(name, bucket, lo * bucket, tuple(running), tuple(events), tuple(tokens), tuple(cost))

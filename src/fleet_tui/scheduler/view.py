@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -96,13 +96,14 @@ def build_snapshot(
     load: float | None = None,
     mem: int | None = None,
     disk: float | None = None,
-    own_series: HostSeries | None = None,
+    pulse: Sequence[HostSeries] | None = None,
     agent_mem: tuple[int, bool] | None = None,
     owner: str | None = None,
 ) -> Snapshot:
     """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
     reading of its own machine, else from the freshest host row; the pulse of each host from the
-    store (``series``), the caller's own (fresher) one replacing its stored copy. ``agent_mem``
+    store (``series``) unless the caller gives it (``pulse``: one per host, with its own fresher
+    copy in). ``agent_mem``
     is the engine's learned (bytes, measured) figure for one more agent, else the assumed one.
     With a ``mirror`` only the tasks that changed since its last refresh are read. ``owner``:
     the engine whose snapshot this is; its slots gauge counts its own agents against its own
@@ -141,19 +142,15 @@ def build_snapshot(
         est, source = MemoryModel().estimate_with_source(cfg.default_coder)
         agent_mem = (est, source == "measured")
     g = replace(g, agent_mem=agent_mem[0], agent_mem_measured=agent_mem[1])
-    names = [
-        h.name
-        for h in hosts
-        if now - h.heartbeat < 3600 and (own_series is None or h.name != own_series.host)
-    ]
-    pulse = series.load(store, names, now) + ([series.window(own_series, now)] if own_series else [])
+    if pulse is None:
+        pulse = series.by_host(series.load(store, now), now)
     return Snapshot(
         taken_at=now,
         tasks=tasks,
         questions=tuple(store.pending_questions()),
         hosts=hosts,
         gauges=g,
-        series=tuple(sorted(pulse, key=lambda s: s.host)),
+        series=tuple(pulse),
     )
 
 

@@ -765,6 +765,11 @@ RETURNING id, attempt"""
                     (key, value),
                 )
 
+    def settings_with_prefix(self, prefix: str) -> dict[str, str]:
+        # not a key range: under a locale's collation ':' may weigh nothing
+        rows = self._all("SELECT key, value FROM settings WHERE starts_with(key, %s)", (prefix,))
+        return {str(r["key"]): str(r["value"]) for r in rows if r["value"] is not None}
+
     def put_rate_limit(self, rl: RateLimit, blocked_until: float | None) -> None:
         with self._tx() as tx:
             tx.execute(

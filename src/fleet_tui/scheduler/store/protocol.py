@@ -98,6 +98,12 @@ _last_id = [0, 0]  # (ms, counter) of this process's last id
 _id_lock = threading.Lock()
 
 
+def after(prefix: str) -> str:
+    """The least string greater than every string starting with ``prefix`` (non-empty): a key
+    range ``[prefix, after(prefix))`` finds them by the index, with no ``LIKE`` to escape."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 def new_id(prefix: str = "t") -> str:
     """A short, roughly time-ordered, unique id: <prefix>-<8 hex of ms><2 hex counter><4 hex random>.
 
@@ -467,6 +473,10 @@ class Store(Protocol):
     def get_setting(self, key: str) -> str | None: ...
 
     def set_setting(self, key: str, value: str | None) -> None: ...
+
+    def settings_with_prefix(self, prefix: str) -> dict[str, str]:
+        """Every setting whose key starts with ``prefix`` (a non-empty string), by key."""
+        ...
 
     def put_rate_limit(self, rl: RateLimit, blocked_until: float | None) -> None: ...
 

@@ -21,7 +21,14 @@ from fleet_tui.scheduler.model import Command, Host, Question, RateLimit, TaskSp
 from fleet_tui.scheduler.store.changes import ChangeWatcher, FolderWatch
 from fleet_tui.scheduler.store.notify_store import SQL_TABLE as NOTIFY_TABLE
 from fleet_tui.scheduler.store.notify_store import SqliteNotifications
-from fleet_tui.scheduler.store.protocol import ATTEMPT_COLUMNS, TASK_COLUMNS, StoreError, is_nfs, new_id
+from fleet_tui.scheduler.store.protocol import (
+    ATTEMPT_COLUMNS,
+    TASK_COLUMNS,
+    StoreError,
+    after,
+    is_nfs,
+    new_id,
+)
 
 SCHEMA_VERSION = 3
 
@@ -427,6 +434,10 @@ class SqliteBase(SqliteNotifications):
                 db.execute("DELETE FROM settings WHERE key = ?", (key,))
             else:
                 db.execute("INSERT OR REPLACE INTO settings(key, value) VALUES (?,?)", (key, value))
+
+    def settings_with_prefix(self, prefix: str) -> dict[str, str]:
+        rows = self._q("SELECT key, value FROM settings WHERE key >= ? AND key < ?", (prefix, after(prefix)))
+        return {str(k): str(v) for k, v in rows if v is not None}
 
     def put_rate_limit(self, rl: RateLimit, blocked_until: float | None) -> None:
         with self._tx() as db:
