@@ -208,14 +208,16 @@ class ShimPool:
 
     @classmethod
     def for_home(cls, home: Path, max_concurrent: int, nice: int = 0) -> ShimPool:
-        """The pool an engine on ``home`` runs its attempts with (its server keeps a spare
-        attempt folder per slot ready, up to ``spares.MOST``), at the agents' niceness ``nice``,
-        not started yet (``fill``)."""
+        """The pool an engine on ``home`` runs its attempts with (its server keeps two spare
+        attempt folders per slot ready, up to ``spares.MOST``), at the agents' niceness ``nice``,
+        not started yet (``fill``). One per slot ran out under short tasks: the server makes
+        them in rounds (``SPARES_AFTER_S`` after a start), and 4 slots of `true` took 37 % of
+        their attempts' folders while none was ready (6 % with two per slot)."""
         return cls(
             nice=nice,
             size=min(2, max_concurrent),
             spare_root=str(home / spares.SPARE_DIR),
-            spares=min(max_concurrent, spares.MOST),
+            spares=min(2 * max_concurrent, spares.MOST),
         )
 
     def fill(self) -> None:

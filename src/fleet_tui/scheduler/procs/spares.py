@@ -35,7 +35,7 @@ except ImportError:  # run as a bare module from this folder (the fork server): 
 
 #: the spares' folder in a fleet home
 SPARE_DIR = "spare"
-#: spares kept ready at most (one per slot up to this)
+#: spares kept ready at most (two per slot up to this: ShimPool.for_home)
 MOST = 8
 #: the files of a spare attempt folder: every attempt makes them, and each is empty until written
 #: (``shim.json`` is written through its ``.tmp`` twin, then renamed; an empty ``lease`` reads
