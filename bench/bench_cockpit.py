@@ -39,11 +39,12 @@ idle key") sets the load's p99 against the p99 of all those idle keys (the strea
 the first idle phase's tasks have no stored events to fill).
 
 Experiments: ``--engine-process`` runs the engine as a ``fleet-tui run`` process of its own and
-opens the cockpit attached to the store (``--attach``; ``--engine-nice`` renices it);
+opens the cockpit attached to the store (``--attach``; ``--engine-nice`` renices it), else
+``--engine-nice`` sets the engine thread's niceness instead of ``fleet-tui``'s;
 ``--switch-interval`` sets the interpreter's switch interval instead of ``fleet-tui``'s.
 
 Usage: python bench/bench_cockpit.py [--agents 32] [--rate 200] [--seconds 60] [--idle-seconds 15]
-       [--max-load-seconds S] [--idle-only] [--engine-process [--engine-nice N]]
+       [--max-load-seconds S] [--idle-only] [--engine-process] [--engine-nice N]
        [--switch-interval S]
 """
 
@@ -75,7 +76,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 
 from fleet_tui.app.app import FREEZE_SECONDS, STYLES, FleetApp
-from fleet_tui.app.hosted import SWITCH_INTERVAL, EngineThread
+from fleet_tui.app.hosted import SWITCH_INTERVAL, EngineThread, engine_nice
 from fleet_tui.config import Config
 from fleet_tui.launcher import stored_reads
 from fleet_tui.scheduler.engine import Engine
@@ -514,14 +515,18 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            preexec_fn=(lambda: os.nice(args.engine_nice)) if args.engine_nice else None,
+            preexec_fn=(lambda: os.nice(args.engine_nice or 0)) if args.engine_nice else None,
         )
         engine: Engine | AttachedView = AttachedView(store, home, cfg)
     else:
         engine = Engine(store, home, cfg)
     interval = args.switch_interval if args.switch_interval is not None else SWITCH_INTERVAL
     reads = stored_reads(store)  # the cockpit's stored reads on a connection of their own, as fleet-tui
-    hosted = EngineThread(engine, engine.run, switch_interval=interval, reads=reads)
+    if args.engine_process or args.engine_nice is None:
+        nice = engine_nice(cfg.agent_nice)  # as fleet-tui nices its engine's thread
+    else:
+        nice = args.engine_nice  # the experiment: the engine's thread at another niceness
+    hosted = EngineThread(engine, engine.run, switch_interval=interval, reads=reads, nice=nice)
     app = FleetApp(hosted, run_engine=hosted.run, on_quit="leave" if engine_proc else "stop")
     bare = BareApp(args.agents, app.help_sections())
     async with bare.run_test(size=(160, 48)):
@@ -635,7 +640,13 @@ def main() -> None:
         help="the engine as a `fleet-tui run` process of its own and the cockpit attached to the store "
         "(`--attach`), instead of the engine on a thread of the cockpit's process",
     )
-    ap.add_argument("--engine-nice", type=int, default=0, help="with --engine-process: its niceness")
+    ap.add_argument(
+        "--engine-nice",
+        type=int,
+        default=None,
+        help="the engine's niceness: its process's with --engine-process (default 0), else its "
+        "thread's (default: what fleet-tui sets, hosted.engine_nice(agent_nice); 0 as before it)",
+    )
     ap.add_argument(
         "--switch-interval",
         type=float,

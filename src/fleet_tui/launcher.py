@@ -161,7 +161,7 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
             file=sys.stderr,
         )
         return 1
-    from fleet_tui.app.hosted import EngineThread
+    from fleet_tui.app.hosted import EngineThread, engine_nice
 
     cfg = ctx.cfg
     store = ctx.store
@@ -170,7 +170,8 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
         from fleet_tui.scheduler.view import AttachedView
 
         view = AttachedView(store, ctx.home, cfg)
-        hosted = EngineThread(view, view.run, reads=reads)  # store reads off the cockpit's loop (issue 14)
+        # store reads off the cockpit's loop, the thread niced below the cockpit's (issue 14)
+        hosted = EngineThread(view, view.run, reads=reads, nice=engine_nice(cfg.agent_nice))
         app = _app(
             hosted, title=f"{title} (attached)", on_quit="leave", run_engine=hosted.run, base_dir=os.getcwd()
         )
@@ -178,7 +179,8 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
         from fleet_tui.scheduler.engine import Engine
 
         engine = Engine(store, ctx.home, cfg, config_path=ctx.config_path)
-        hosted = EngineThread(engine, engine.run, reads=reads)  # the engine on a thread of its own (issue 14)
+        # the engine on a thread of its own, niced below the cockpit's (issue 14)
+        hosted = EngineThread(engine, engine.run, reads=reads, nice=engine_nice(cfg.agent_nice))
         app = _app(hosted, title=title, on_quit=cfg.on_quit, run_engine=hosted.run, base_dir=os.getcwd())
         _terminal_notifications(engine, app)
     try:

@@ -277,6 +277,48 @@ async def test_commands_run_on_the_engines_thread_and_batches_come_back_merged()
         hosted.stop()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own niceness is Linux's")
+async def test_the_engines_thread_and_what_it_starts_run_niced_below_the_cockpit() -> None:
+    """The kernel gives the cockpit's thread the CPU before the engine's: the engine's thread is
+    niced, and its worker threads and the processes they start inherit it; the cockpit's thread
+    keeps its own."""
+    import os
+    import subprocess
+
+    import anyio
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    async def seen(engine: ThreadFake) -> tuple[int, int, int]:
+        def in_a_worker() -> tuple[int, int]:
+            child = subprocess.run(
+                ["awk", "{print $19}", "/proc/self/stat"], capture_output=True, text=True, check=True
+            )
+            return niceness(), int(child.stdout)
+
+        worker, child = await anyio.to_thread.run_sync(in_a_worker)
+        return niceness(), worker, child
+
+    mine = niceness()
+    want = min(19, mine + 3)
+    fake = ThreadFake()
+    hosted = EngineThread(fake, fake.run, nice=3)
+    runner = asyncio.create_task(hosted.run())
+    try:
+        assert await hosted.call(seen) == (want, want, want)
+        assert niceness() == mine
+    finally:
+        runner.cancel()
+        hosted.stop()
+
+
+def test_the_engines_thread_is_niced_as_the_agents_at_most_five() -> None:
+    from fleet_tui.app.hosted import engine_nice
+
+    assert [engine_nice(n) for n in (0, 3, 5, 19, -2)] == [0, 3, 5, 5, 0]
+
+
 async def test_an_engine_that_fails_on_its_thread_fails_its_run() -> None:
     fake = ThreadFake(crash=True)
     hosted = EngineThread(fake, fake.run)

@@ -116,3 +116,22 @@ def test_a_dying_shims_agent_is_reaped_once_the_shim_is_gone(tmp_path: Path) -> 
         if agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+def test_a_program_run_from_a_niced_thread_runs_at_its_niceness_not_above(tmp_path: Path) -> None:
+    """Verifiers and setup commands run at the agents' niceness: from the cockpit's engine
+    thread, which runs niced itself (app/hosted.py), a step on top of it niced them twice."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base + 3 > 5:
+        pytest.skip("this test's process runs niced already")
+    out: list[OwnedResult] = []
+
+    def run() -> None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base + 3)
+        out.append(run_owned(["awk", "{print $19}", "/proc/self/stat"], cwd=tmp_path, nice=5))
+
+    th = threading.Thread(target=run)
+    th.start()
+    th.join(30)
+    assert out and out[0].exit_code == 0
+    assert int(out[0].stdout) == 5

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -256,6 +258,41 @@ def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> Non
             assert pool.server is not None and sid == pool.server.pid
     finally:
         _stop(shims, pool)
+
+
+def test_a_server_started_from_a_niced_thread_runs_at_its_agents_niceness_not_above(tmp_path: Path) -> None:
+    """The cockpit's engine thread runs niced (app/hosted.py), and the server it starts inherits
+    that: the agents' niceness is a target, not a step on top of it (5 + 3 would be 8)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a thread's own niceness is Linux's")
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base + 3 > 5:
+        pytest.skip("this test's process runs niced already")
+    pools: list[ShimPool] = []
+
+    def start() -> None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base + 3)
+        pool = ShimPool(nice=5)
+        pools.append(pool)
+        pool.fill()
+
+    t = threading.Thread(target=start)
+    t.start()
+    t.join(30)
+    (pool,) = pools
+    try:
+        assert pool.server is not None
+        server = pool.server.pid
+        _wait(lambda: os.getpriority(os.PRIO_PROCESS, server) == 5, "the server at niceness 5")
+        adir = tmp_path / "a"
+        spawn_shim(
+            adir, tmp_path, ["sh", "-c", "awk '{print $19}' /proc/$$/stat"], _env(), None, 0.5,
+            time.time() + 60, pool=pool, nice=5,
+        )  # fmt: skip
+        _wait(lambda: _text(adir / "stdout.jsonl").strip(), "the agent's niceness")
+        assert int((adir / "stdout.jsonl").read_text()) == 5
+    finally:
+        pool.close()
 
 
 def test_the_server_runs_at_its_agents_niceness_and_starts_again_at_a_new_one(tmp_path: Path) -> None:

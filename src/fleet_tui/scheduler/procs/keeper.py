@@ -79,7 +79,7 @@ class Keeper:
         signal.signal(signal.SIGINT, on_term)
         signal.signal(signal.SIGHUP, on_term)
         if self.nice > 0:  # the command inherits it; the keeper only waits
-            os.nice(self.nice)
+            proctree.nice_at_least(self.nice)
             proctree.set_autogroup_nice(self.pid, self.nice)  # our session: the command's too
         # fleet-tui's files are private; the command works with the user's own umask
         own_umask = os.umask(self.umask) if self.umask is not None else None

@@ -133,6 +133,15 @@ def reap_children(seen: Callable[[int, int], None] | None = None) -> None:
             seen(pid, status)
 
 
+def nice_at_least(nice: int) -> None:
+    """Run at niceness ``nice`` or above it (never lower: that takes a privilege). A target, not
+    a step: a process started from the cockpit's engine thread, which runs niced itself
+    (app/hosted.py), starts above 0, and a step would nice it twice."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if current < nice:
+        os.nice(nice - current)
+
+
 def set_autogroup_nice(pid: int, nice: int) -> bool:
     """Give the session of ``pid`` (any process in it) the niceness ``nice`` as a scheduling group.
 

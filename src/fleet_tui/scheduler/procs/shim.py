@@ -117,9 +117,7 @@ class Shim:
             os.chdir(self.cwd)
             if self.nice > 0:  # the agent inherits it; the shim only waits
                 # a shim forked by the pool's server has it already: the server runs at it
-                current = os.getpriority(os.PRIO_PROCESS, 0)
-                if current < self.nice:
-                    os.nice(self.nice - current)
+                proctree.nice_at_least(self.nice)
                 # its session's scheduling group too, where the kernel has them: the fleet's,
                 # shared by every agent of the server. Before the agent starts, not after: an
                 # agent that started first ran its first steps at the group's old niceness
@@ -433,7 +431,7 @@ def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0, 
     import socket  # the server only: a shim needs none
 
     if nice > 0:
-        os.nice(nice)
+        proctree.nice_at_least(nice)
 
     proctree.preload_prctl()  # every shim makes itself a subreaper: inherit ctypes, don't import it
     sock = socket.socket(fileno=0)
