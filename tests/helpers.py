@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,3 +127,27 @@ def shim_record(attempt: Path, timeout: float = 30.0) -> dict[str, Any]:
     found = wait_for(read, timeout, what=f"{attempt / 'shim.json'} naming the agent")
     assert found is not None
     return found
+
+
+def in_a_niced_thread(step: int, fn: Callable[[], T], at_most: int = 5) -> T:
+    """``fn()`` on a thread of its own whose niceness is this process's plus ``step`` (Linux: a
+    thread's own, inherited by what it starts), as the cockpit's engine thread runs; skips the
+    test where that would pass ``at_most`` (this process runs niced already) or off Linux."""
+    import pytest
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a thread's own niceness is Linux's")
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base + step > at_most:
+        pytest.skip("this test's process runs niced already")
+    out: list[T] = []
+
+    def run() -> None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base + step)
+        out.append(fn())
+
+    th = threading.Thread(target=run)
+    th.start()
+    th.join(60)
+    assert out, "the niced thread did not finish"
+    return out[0]

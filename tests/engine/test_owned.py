@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleet_tui.scheduler.procs.owned import OwnedResult, reap_stale, run_owned
-from helpers import pid_alive, wait_for
+from helpers import in_a_niced_thread, pid_alive, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -121,17 +121,7 @@ def test_a_dying_shims_agent_is_reaped_once_the_shim_is_gone(tmp_path: Path) -> 
 def test_a_program_run_from_a_niced_thread_runs_at_its_niceness_not_above(tmp_path: Path) -> None:
     """Verifiers and setup commands run at the agents' niceness: from the cockpit's engine
     thread, which runs niced itself (app/hosted.py), a step on top of it niced them twice."""
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    if base + 3 > 5:
-        pytest.skip("this test's process runs niced already")
-    out: list[OwnedResult] = []
-
-    def run() -> None:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base + 3)
-        out.append(run_owned(["awk", "{print $19}", "/proc/self/stat"], cwd=tmp_path, nice=5))
-
-    th = threading.Thread(target=run)
-    th.start()
-    th.join(30)
-    assert out and out[0].exit_code == 0
-    assert int(out[0].stdout) == 5
+    r = in_a_niced_thread(
+        3, lambda: run_owned(["awk", "{print $19}", "/proc/self/stat"], cwd=tmp_path, nice=5)
+    )
+    assert r.exit_code == 0 and int(r.stdout) == 5

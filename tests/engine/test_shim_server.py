@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 from fleet_tui.scheduler.procs import shim
 from fleet_tui.scheduler.procs.invoke import ForkedShim, ShimPool, ShimProcess
 from fleet_tui.scheduler.procs.runner import read_json, spawn_shim
+from helpers import in_a_niced_thread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -263,23 +262,13 @@ def test_a_fleets_agents_share_one_niced_scheduling_group(tmp_path: Path) -> Non
 def test_a_server_started_from_a_niced_thread_runs_at_its_agents_niceness_not_above(tmp_path: Path) -> None:
     """The cockpit's engine thread runs niced (app/hosted.py), and the server it starts inherits
     that: the agents' niceness is a target, not a step on top of it (5 + 3 would be 8)."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("a thread's own niceness is Linux's")
-    base = os.getpriority(os.PRIO_PROCESS, 0)
-    if base + 3 > 5:
-        pytest.skip("this test's process runs niced already")
-    pools: list[ShimPool] = []
 
-    def start() -> None:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), base + 3)
+    def start() -> ShimPool:
         pool = ShimPool(nice=5)
-        pools.append(pool)
         pool.fill()
+        return pool
 
-    t = threading.Thread(target=start)
-    t.start()
-    t.join(30)
-    (pool,) = pools
+    pool = in_a_niced_thread(3, start)
     try:
         assert pool.server is not None
         server = pool.server.pid
