@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import selectors
 import sys
@@ -93,19 +94,15 @@ def engine_nice(agent_nice: int) -> int:
     return max(0, min(agent_nice, ENGINE_NICE))
 
 
-def nice_this_thread(step: int) -> int:
+def nice_this_thread(step: int) -> None:
     """Raise the calling thread's niceness by ``step`` (Linux: a thread's own, inherited by the
-    threads and processes it starts); its niceness now. Elsewhere niceness is the whole
-    process's, the cockpit's too: left alone there."""
+    threads and processes it starts). Elsewhere niceness is the whole process's, the cockpit's
+    too: left alone there."""
     if step <= 0 or not sys.platform.startswith("linux"):
-        return 0
+        return
     me = threading.get_native_id()
-    try:
-        now = min(19, os.getpriority(os.PRIO_PROCESS, me) + step)
-        os.setpriority(os.PRIO_PROCESS, me, now)
-    except OSError:
-        return 0
-    return now
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + step))
 
 
 class KeyPriority:

@@ -869,6 +869,11 @@ class Engine(Controller):
         timed = bool(snap.gauges.rate_holds) or any(h.name != self.host for h in snap.hosts)
         return timed and now - self._snap_at >= 60.0
 
+    def _pulse(self, now: float) -> tuple[HostSeries, ...]:
+        """Each host's pulse: the other engines' rows as last read, with this engine's own,
+        fresher than its stored row, added to its host's."""
+        return by_host([*self._pulse_others, self.series.series(now)], now)
+
     async def _refresh_snapshot(self) -> None:
         # the pulse for sparklines (scheduler/series.py), taken on the loop where runners change
         pulse = [
@@ -908,8 +913,7 @@ class Engine(Controller):
                     agent_mem=mem,
                     agent_mem_measured=source == "measured",
                 )
-                pulse = by_host([*self._pulse_others, self.series.series(now)], now)
-                return dataclasses.replace(self._snapshot, taken_at=now, gauges=g, series=pulse)
+                return dataclasses.replace(self._snapshot, taken_at=now, gauges=g, series=self._pulse(now))
             self._pulse_others = load_series(self.store, now, skip=self.series.key)
             return build_snapshot(
                 self.store,
@@ -918,7 +922,7 @@ class Engine(Controller):
                 load=h.load_per_core if h else None,
                 mem=h.mem_available if h else None,
                 disk=h.disk_free if h else None,
-                pulse=by_host([*self._pulse_others, self.series.series(now)], now),
+                pulse=self._pulse(now),
                 agent_mem=(mem, source == "measured"),
                 mirror=self._tasks_mirror,  # reads only the task rows that changed
                 owner=self.owner,  # its slots: its own agents against its own cap

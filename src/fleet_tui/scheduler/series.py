@@ -191,15 +191,7 @@ def by_host(series: Sequence[HostSeries], now: float) -> tuple[HostSeries, ...]:
     hosts: dict[str, list[HostSeries]] = {}
     for s in series:
         hosts.setdefault(s.host, []).append(s)
-    out = []
-    for host, mine in sorted(hosts.items()):
-        if len(mine) == 1:
-            out.append(window(mine[0], now))
-            continue
-        total = _sum(mine, host, now)
-        if total is not None:
-            out.append(total)
-    return tuple(out)
+    return tuple(t for host, mine in sorted(hosts.items()) if (t := _sum(mine, host, now)) is not None)
 
 
 def fleet_total(series: Sequence[HostSeries], now: float) -> HostSeries | None:

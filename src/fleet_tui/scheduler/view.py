@@ -103,8 +103,8 @@ def build_snapshot(
     """The fleet as the store sees it (blocking). Headroom comes from the caller when it has a
     reading of its own machine, else from the freshest host row; the pulse of each host from the
     store (``series``) unless the caller gives it (``pulse``: one per host, with its own fresher
-    copy in). ``agent_mem``
-    is the engine's learned (bytes, measured) figure for one more agent, else the assumed one.
+    copy in). ``agent_mem`` is the engine's learned (bytes, measured) figure for one more agent,
+    else the assumed one.
     With a ``mirror`` only the tasks that changed since its last refresh are read. ``owner``:
     the engine whose snapshot this is; its slots gauge counts its own agents against its own
     ``max_concurrent`` and the other engines' apart (without one, every agent counts)."""
