@@ -144,7 +144,7 @@ def _waiting_shims(pool: ShimPool, gone: frozenset[int] = frozenset()) -> set[in
                 continue
         return out
 
-    _wait(lambda: len(live()) == ShimPool.AHEAD and not live() & gone, "the server's waiting shims")
+    _wait(lambda: len(live()) == pool.ahead and not live() & gone, "the server's waiting shims")
     return live()
 
 
@@ -173,6 +173,18 @@ def test_the_server_forks_shims_ahead_and_they_go_with_the_server(tmp_path: Path
         ),
         "the waiting shims to end with their server",
     )
+
+
+def test_an_engines_server_keeps_a_shim_forked_ahead_per_slot(tmp_path: Path) -> None:
+    """Slots freed together each find a shim already forked: an engine's pool keeps one per
+    slot (two at the least, eight at the most), not two for any number of slots."""
+    assert [ShimPool.for_home(tmp_path, n).ahead for n in (1, 2, 4, 6, 8, 32)] == [2, 2, 4, 6, 8, 8]
+    pool = ShimPool.for_home(tmp_path, 4)
+    pool.fill()
+    try:
+        assert len(_waiting_shims(pool)) == 4
+    finally:
+        pool.close()
 
 
 def test_a_waiting_shim_killed_by_someone_is_passed_over(tmp_path: Path) -> None:

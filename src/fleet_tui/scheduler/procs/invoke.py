@@ -191,11 +191,17 @@ class ShimPool:
     the server's (``agent_nice`` changed under a running engine) is started directly, and the
     server is started again at the new niceness."""
 
-    AHEAD = 2  # shims forked ahead of their jobs: slots freed together need not wait for a fork
+    #: shims forked ahead of their jobs, at the least: slots freed together need not wait for a
+    #: fork. An engine's pool keeps one per slot, up to ``AHEAD_MOST`` (``for_home``)
+    AHEAD = 2
+    AHEAD_MOST = 8
     ANSWER_S = 60.0  # no waiting shim from the server, or no job read by one, within this: given up
 
-    def __init__(self, size: int = 1, spare_root: str | None = None, spares: int = 0, nice: int = 0) -> None:
-        self.size = size  # kept for callers; one server forks any number of shims
+    def __init__(
+        self, ahead: int = AHEAD, spare_root: str | None = None, spares: int = 0, nice: int = 0
+    ) -> None:
+        #: how many shims the server keeps forked ahead of their jobs
+        self.ahead = max(1, ahead)
         #: the niceness the server, and so every shim it forks, runs at: the agents'
         self.nice = nice
         #: where the server keeps ``spares`` attempt folders ready (spares.py); None: it keeps none
@@ -212,10 +218,15 @@ class ShimPool:
         attempt folders per slot ready, up to ``spares.MOST``), at the agents' niceness ``nice``,
         not started yet (``fill``). One per slot ran out under short tasks: the server makes
         them in rounds (``SPARES_AFTER_S`` after a start), and 4 slots of `true` took 37 % of
-        their attempts' folders while none was ready (6 % with two per slot)."""
+        their attempts' folders while none was ready (6 % with two per slot).
+
+        Its server keeps a shim forked ahead per slot (at least ``AHEAD``, at most
+        ``AHEAD_MOST``): with two for 4 slots of `true`, a start waited more than a millisecond
+        for the server's next fork in 37-50 of 200 (the server runs niced, behind the agents);
+        with four, 23-31 did, and 200 attempts took 1.31-1.63 s against 1.56-1.74 s (in turn)."""
         return cls(
             nice=nice,
-            size=min(2, max_concurrent),
+            ahead=min(max(cls.AHEAD, max_concurrent), cls.AHEAD_MOST),
             spare_root=str(home / spares.SPARE_DIR),
             spares=min(2 * max_concurrent, spares.MOST),
         )
@@ -226,7 +237,7 @@ class ShimPool:
                 return
             self._let_go()
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            cmd = [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote", str(self.AHEAD), str(self.nice)]
+            cmd = [sys.executable, "-I", "-S", "-c", SHIM_BOOT, "--zygote", str(self.ahead), str(self.nice)]
             if self.spare_root is not None and self.spares > 0:
                 cmd += [self.spare_root, str(self.spares)]
             try:
@@ -285,7 +296,7 @@ class ShimPool:
                 self.nice = nice
                 self._drop(p)
                 return None
-            for _ in range(self.AHEAD + 1):
+            for _ in range(self.ahead + 1):
                 got = self._waiting()
                 if got is None:  # the server is gone: start this one directly, and a new server
                     self._drop(p)
