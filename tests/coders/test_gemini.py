@@ -136,6 +136,21 @@ def test_tool_call_and_result(name: str, tool: str, key: str, output: str) -> No
     assert out.kind == "success" and out.claimed_success
 
 
+def test_answered_tool_calls_are_not_kept() -> None:
+    """An agent that runs for hours makes thousands of tool calls: each result still names its
+    call's tool, and the normalizer keeps nothing of a call once it is answered."""
+    n = GeminiNormalizer("t1", 1)
+    events: list[Event] = []
+    for i in range(500):
+        call = {"type": "tool_use", "tool_name": "read_file", "tool_id": f"c{i}", "parameters": {}}
+        result = {"type": "tool_result", "tool_id": f"c{i}", "status": "success", "output": "ok"}
+        events += n.feed(json.dumps(call), 1000.0 + i)
+        events += n.feed(json.dumps(result), 1000.5 + i)
+    results = [e for e in events if e.kind == "tool_result"]
+    assert len(results) == 500 and {e.tool for e in results} == {"read_file"}
+    assert n.tools == {}
+
+
 def test_mcp_ask_human_tool_name() -> None:
     events, _ = run("gemini-success-tool.jsonl")
     calls = [e for e in events if e.kind == "tool_call"]

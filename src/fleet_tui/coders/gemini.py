@@ -149,6 +149,8 @@ class GeminiNormalizer(BaseNormalizer):
         self.attempt_dir = attempt_dir
         self.session_id: str | None = None
         self.model: str | None = None
+        #: the tools called and not answered yet, by call id: a result names its call's tool (and
+        #: takes its entry out: an agent that runs for hours makes thousands of calls)
         self.tools: dict[str, str] = {}
         self.lines = 0
         self.result: dict[str, Any] | None = None
@@ -221,7 +223,7 @@ class GeminiNormalizer(BaseNormalizer):
                 text = f"{err['type']}: {text}"
             out.append(
                 self.ev(
-                    ts, "tool_result", tool=self.tools.get(tid or ""), tool_id=tid, text=text,
+                    ts, "tool_result", tool=self.tools.pop(tid or "", None), tool_id=tid, text=text,
                     is_error=is_error, raw=obj,
                 )
             )  # fmt: skip

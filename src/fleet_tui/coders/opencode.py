@@ -111,7 +111,6 @@ class OpenCodeNormalizer(BaseNormalizer):
         super().__init__(task_id, attempt, start_seq)
         self.attempt_dir = attempt_dir
         self.session_id: str | None = None
-        self.tools: dict[str, str] = {}
         self.totals = Usage()
         self.errors: list[dict[str, Any]] = []
         self.error_after_result = False
@@ -168,8 +167,6 @@ class OpenCodeNormalizer(BaseNormalizer):
         tool_id = str(call_id) if call_id is not None else None
         name = str(part.get("tool") or "tool")
         state = _dict(part.get("state"))
-        if tool_id:
-            self.tools[tool_id] = name
         status = state.get("status")
         call = self.ev(
             ts, "tool_call", tool=name, tool_input=state.get("input"), tool_id=tool_id,
