@@ -490,9 +490,16 @@ def cmd_config(ctx: Ctx) -> int:
 
 
 def cmd_plan(ctx: Ctx) -> int:
+    import dataclasses
+
     from fleet_tui.coders.base import get_coder
+    from fleet_tui.scheduler import caps
 
     eng = _engine(ctx)
+    live = [e["owner"] for e in ctx.store.live_engines(time.time(), _stale_s(ctx)) if e["host"] == eng.host]
+    if live:  # the slots of this machine's engines as they run (``run --max-concurrent``, say)
+        cap = caps.total(ctx.store, live, ctx.cfg.max_concurrent)
+        eng.cfg = dataclasses.replace(eng.cfg, max_concurrent=cap)
     decisions = eng.planner.plan(False, _running_here(ctx, eng.host))
     if not decisions:
         print("nothing queued")

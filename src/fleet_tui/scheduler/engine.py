@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup
 from fleet_tui import __version__, notify
 from fleet_tui.coders.base import account_of
 from fleet_tui.config import Config, ConfigError, ConfigWatcher, load_config, set_value
+from fleet_tui.scheduler import caps
 from fleet_tui.scheduler import lifecycle as lc
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.attempts.adopt import Adopter
@@ -233,6 +234,8 @@ class Engine(Controller):
         #: attempt against 1.20-1.24 s and 5.9-6.2 ms with a thread each. Long work (a worktree,
         #: its setup, verifiers) keeps the shared pool (``_lane_for``)
         self.lane = anyio.CapacityLimiter(1)
+        #: the cap recorded for ``plan`` in other processes (caps.py), -1 before the first
+        self._cap_saved = -1
 
     def notice(self, text: str) -> None:
         """A notice for the cockpit, from a worker thread (or the loop's own)."""
@@ -285,6 +288,7 @@ class Engine(Controller):
         )
         # each engine's run leaves its pulse for the hour after it; older ones go now
         await anyio.to_thread.run_sync(prune_series, self.store, self.clock())
+        await anyio.to_thread.run_sync(self._start_caps)
         if self.cfg.max_concurrent > 0:
             if self.shim_pool is None:
                 self.shim_pool = ShimPool.for_home(self.home, self.cfg.max_concurrent, self.cfg.agent_nice)
@@ -341,9 +345,20 @@ class Engine(Controller):
                     await anyio.to_thread.run_sync(
                         self.resilient.call_once, "unregister_engine", self.owner, self.clock()
                     )
+                    await anyio.to_thread.run_sync(
+                        self.resilient.call_once, "set_setting", caps.SETTING + self.owner, None
+                    )
                 except Exception as e:  # best effort: it must not hide why the engine stopped
                     log.warning("could not record this engine's stop in the store: %s", e)
                 self.bus.close()
+
+    def _start_caps(self) -> None:
+        """Record the cap this engine runs with (``plan`` in another process counts against
+        it), and drop those of engines no longer live (caps.py)."""
+        live = {e["owner"] for e in self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0))}
+        caps.prune(self.store, live | {self.owner})
+        self._cap_saved = self.cfg.max_concurrent
+        caps.save(self.store, self.owner, self._cap_saved)
 
     async def shutdown(self, leave_running: bool) -> None:
         """Stop scheduling; leave agents running for a later adopter, or stop them all.
@@ -813,6 +828,9 @@ class Engine(Controller):
             self.wake()
         elif err:
             self.bus.publish([Notice(f"config not reloaded: {err}")])
+        if self.cfg.max_concurrent != self._cap_saved:  # a reload, or ``set_config``
+            self._cap_saved = self.cfg.max_concurrent
+            await anyio.to_thread.run_sync(caps.save, self.store, self.owner, self._cap_saved)
         if isinstance(self.clock, StoreClock) and self._hk_n % 30 == 0:
             await anyio.to_thread.run_sync(self.clock.refresh)
         if first:
@@ -1044,7 +1062,9 @@ class Engine(Controller):
             return CommandResult(False, "this engine has no config file")
         try:
             await anyio.to_thread.run_sync(set_value, self._config_path, key, value)
-            self.cfg = await anyio.to_thread.run_sync(load_config, self._config_path)
+            loaded = await anyio.to_thread.run_sync(load_config, self._config_path)
+            # the command line's settings win here too, as over a reload of the file
+            self.cfg = dataclasses.replace(loaded, **self.overrides)
         except ConfigError as e:
             return CommandResult(False, str(e))
         self.wake()
