@@ -775,3 +775,53 @@ def test_racing_claims_take_every_task_exactly_once(make_store: MakeStore) -> No
     owner_of = {tid: f"e{i}" for i, ids in enumerate(got) for tid in ids}
     assert all(t.owner == owner_of[t.id] for t in tasks)
     assert all(len(first.transitions(t.id)) == 2 for t in tasks[:20])
+
+
+def test_sqlite_reads_tasks_whatever_the_order_of_its_columns(tmp_path: Any) -> None:
+    """A file migrated from an older version holds its newer columns last; tasks are read by the
+    query's own column positions, never by the schema's declared order."""
+    import sqlite3
+
+    path = str(tmp_path / "fleet.db")
+    store = SqliteStore(path)
+    try:
+        store.add_tasks([TaskSpec(name="a", prompt="x"), TaskSpec(name="b", prompt="y")], 1.0)
+        claimed = store.claim("me", "h", (), 2.0, 60.0, "shell", None)
+        assert claimed is not None
+        before = store.list_tasks()
+    finally:
+        store.close()
+    db = sqlite3.connect(path)
+    info = list(db.execute("PRAGMA table_info(tasks)"))  # (cid, name, type, notnull, default, pk)
+    cols = [r[1] for r in info]
+    defs = ", ".join(
+        f"{name} {kind}"
+        + (" NOT NULL" if notnull else "")
+        + (f" DEFAULT {default}" if default is not None else "")
+        + (" PRIMARY KEY" if pk else "")
+        for _, name, kind, notnull, default, pk in reversed(info)
+    )
+    triggers = list(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"))
+    indexes = [
+        r[0]
+        for r in db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tasks' AND sql IS NOT NULL"
+        )
+    ]
+    db.executescript(
+        "PRAGMA foreign_keys = OFF;"
+        + "".join(f" DROP TRIGGER {name};" for name, _ in triggers)
+        + f" CREATE TABLE tasks_r ({defs});"
+        f" INSERT INTO tasks_r ({', '.join(cols)}) SELECT {', '.join(cols)} FROM tasks;"
+        " DROP TABLE tasks; ALTER TABLE tasks_r RENAME TO tasks;"
+        + "".join(f" {sql};" for sql in indexes)
+        + "".join(f" {sql};" for _, sql in triggers)
+    )
+    assert [r[1] for r in db.execute("PRAGMA table_info(tasks)")] == list(reversed(cols))
+    db.close()
+    store = SqliteStore(path)
+    try:
+        assert store.list_tasks() == before
+        assert store.get_task("a") == before[0]
+    finally:
+        store.close()
