@@ -191,3 +191,35 @@ def test_config_set_and_get_notify_urls_with_commas(tmp_path: Path) -> None:
     shown = get_value(cfg, "notify")
     set_value(cfg, "notify", shown)  # what get prints, set reads back
     assert load_config(cfg).notify == ("question ntfys://a", "json://h/x?to=a,b")
+
+
+@pytest.mark.anyio
+async def test_a_watcher_with_nowhere_to_send_reads_no_task_on_its_way_out(tmp_path: Path) -> None:
+    """The final sweep (what the engine did last, still unread on the bus) is for sending; with
+    no target and no desktop it read the whole queue for nothing as `run --until-idle` ended."""
+
+    class Counting(SqliteStore):
+        lists = 0
+
+        def list_tasks(self, status: TaskStatus | None = None) -> list[Task]:
+            Counting.lists += 1
+            return super().list_tasks(status)
+
+    class Subscribed(StubEngine):
+        async def subscribe(self) -> Any:
+            async for batch in self.bus.subscribe():
+                yield batch
+
+    store = Counting(str(tmp_path / "fleet.db"))
+    store.add_tasks([TaskSpec(name=f"t{i}", prompt="p") for i in range(3)], time.time())
+    engine = Subscribed(store, CFG, "engine-a")
+    w = Watcher(engine)  # type: ignore[arg-type]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.run)
+            while not engine.bus.subscribers:
+                await anyio.sleep(0.01)
+            engine.bus.close()
+    assert w.workers == [] and w.desktop is None
+    assert Counting.lists == 0
+    store.close()
