@@ -213,7 +213,7 @@ async def test_a_watcher_with_nowhere_to_send_reads_no_task_on_its_way_out(tmp_p
     store = Counting(str(tmp_path / "fleet.db"))
     store.add_tasks([TaskSpec(name=f"t{i}", prompt="p") for i in range(3)], time.time())
     engine = Subscribed(store, CFG, "engine-a")
-    w = Watcher(engine)  # type: ignore[arg-type]
+    w = Watcher(engine)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(w.run)
