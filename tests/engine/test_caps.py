@@ -3,6 +3,7 @@ counts this machine's agents against."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import anyio
@@ -60,5 +61,26 @@ async def test_an_engine_records_the_cap_it_runs_with_while_it_runs(tmp_path: Pa
             await recorded("3")
             await engine.shutdown(leave_running=False)
         assert store.get_setting(mine) is None
+    finally:
+        store.close()
+
+
+async def test_an_engine_back_from_a_long_silence_records_its_cap_again(tmp_path: Path) -> None:
+    """Silent past the staleness window (a suspended laptop), an engine counts as gone: one that
+    starts meanwhile drops its cap. Its next heartbeat writes it again."""
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    try:
+        engine = Engine(store, tmp_path, Config(max_concurrent=3))
+        store.register_engine(engine.owner, engine.host, 1, 0.0, time.time())
+        await anyio.to_thread.run_sync(engine._start_caps)
+        mine = caps.SETTING + engine.owner
+        await engine._heartbeat()
+        assert store.get_setting(mine) == "3"
+        caps.prune(store, set())  # another engine started while this one was silent
+        await engine._heartbeat()  # a heartbeat on time: nothing written
+        assert store.get_setting(mine) is None
+        engine._hb_ok_at = time.time() - 60  # the last one a minute ago
+        await engine._heartbeat()
+        assert store.get_setting(mine) == "3"
     finally:
         store.close()

@@ -786,6 +786,10 @@ class Engine(Controller):
             await anyio.to_thread.run_sync(
                 self.resilient.call_once, "heartbeat", self.owner, self.clock(), self.cfg.lease_s
             )
+            if started - self._hb_ok_at > max(3 * self.cfg.heartbeat_s, 5.0) and self._cap_saved >= 0:
+                # silent long enough to count as gone (a suspended laptop, a store outage): an
+                # engine that started meanwhile dropped our cap (caps.prune); say it again
+                await anyio.to_thread.run_sync(caps.save, self.store, self.owner, self._cap_saved)
             self._hb_ok_at = started
         except Exception as e:
             if not is_transient(e):
