@@ -209,24 +209,60 @@ def test_a_waiting_shim_killed_by_someone_is_passed_over(tmp_path: Path) -> None
         pool.close()
 
 
-def test_a_pooled_shim_closes_its_done_pipe_after_its_exit_record(tmp_path: Path) -> None:
-    """Its supervisor hears of the end from the pipe, before the process is torn down; the agent
-    never holds the pipe (nor any other of the server's files): only stdin, stdout, stderr."""
-    import select
-
+def test_a_pooled_shim_sends_its_exit_record_down_its_done_pipe_and_closes_it(tmp_path: Path) -> None:
+    """Its supervisor hears of the end from the pipe, before the process is torn down, and has
+    the exit record from it (the file holds the same, written first); the agent never holds the
+    pipe (nor any other of the server's files): only stdin, stdout, stderr."""
     pool = ShimPool()
     pool.fill()
     try:
         adir = tmp_path / "a"
         p = spawn_shim(
-            adir, tmp_path, ["sh", "-c", "ls /proc/$$/fd"], _env(), None, 1.0, time.time() + 60, pool=pool
+            adir,
+            tmp_path,
+            ["sh", "-c", "ls /proc/$$/fd; exit 3"],
+            _env(),
+            None,
+            1.0,
+            time.time() + 60,
+            pool=pool,
         )
         assert isinstance(p, ForkedShim) and p.done_fd is not None
-        ready, _, _ = select.select([p.done_fd], [], [], 30)
-        assert ready and os.read(p.done_fd, 64) == b""  # closed: every writer is gone
-        assert (adir / "exit.json").exists()  # written before the pipe was closed
+        sent = b""
+        while chunk := os.read(p.done_fd, 4096):  # until every writer is gone
+            sent += chunk
+        assert json.loads(sent) == json.loads((adir / "exit.json").read_text())
+        assert json.loads(sent)["exit_code"] == 3
         assert (adir / "stdout.jsonl").read_text().split() == ["0", "1", "2"]
         os.close(p.done_fd)
+    finally:
+        pool.close()
+
+
+async def test_the_runner_takes_a_pooled_shims_exit_record_from_its_done_pipe(tmp_path: Path) -> None:
+    """No file read between an agent's end and its slot's next start: the exit record comes
+    with the pipe's close (here the file is gone before the runner looks, and it still knows)."""
+    from fleet_tui.coders.base import get_coder
+    from fleet_tui.scheduler.procs.runner import AttemptRunner, RunLimits
+
+    pool = ShimPool()
+    pool.fill()
+    try:
+        adir = tmp_path / "a"
+        p = spawn_shim(adir, tmp_path, ["sh", "-c", "exit 3"], _env(), None, 1.0, time.time() + 60, pool=pool)
+        assert isinstance(p, ForkedShim)
+        _wait(lambda: (adir / "exit.json").exists() and p.poll() is not None, "the shim to end")
+        (adir / "exit.json").unlink()
+
+        async def sink(events: object, offset: int) -> None:
+            pass
+
+        runner = AttemptRunner(
+            task_id="t", attempt=1, attempt_dir=adir, coder=get_coder("shell"),
+            limits=RunLimits(stall_s=None, timeout_s=None), popen=p, sink=sink,
+        )  # fmt: skip
+        result = await runner.run()
+        assert (result.exit_code, result.exit_reason) == (3, "exited")
     finally:
         pool.close()
 

@@ -126,7 +126,12 @@ def write_shim(d: Path, info: ShimInfo) -> None:
 
 def read_exit(d: Path) -> ExitInfo | None:
     """The attempt's ``exit.json``; None when missing or garbled (the shim never finished)."""
-    data = read_json(Path(d) / EXIT_JSON)
+    return exit_info(read_json(Path(d) / EXIT_JSON))
+
+
+def exit_info(data: dict[str, Any] | None) -> ExitInfo | None:
+    """An exit record's content (``exit.json``'s, or what a pooled shim's done pipe carried) as
+    an ``ExitInfo``; None for none."""
     if data is None:
         return None
     try:

@@ -12,6 +12,7 @@ budget and a lost claim each stop the agent with a stated reason.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -87,12 +88,25 @@ def spawn_shim(
     return invoke.start(inv, grace_s=grace_s, lease_deadline=lease_deadline, pool=pool, nice=nice)
 
 
-def _closed(fd: int) -> bool:
-    """True once every writer of the pipe ``fd`` (non-blocking) closed it."""
+def _drained(fd: int, got: bytearray) -> bool:
+    """What the pipe ``fd`` (non-blocking) holds, added to ``got``; True once every writer
+    closed it."""
     try:
-        return os.read(fd, 64) == b""
+        while chunk := os.read(fd, 4096):
+            got += chunk
+        return True
     except BlockingIOError:
         return False
+
+
+def _exit_from(record: bytes) -> attemptdir.ExitInfo | None:
+    """The exit record a pooled shim sent down its done pipe; None for none (a shim that died
+    without one, or whose record went by the file only)."""
+    try:
+        data = json.loads(record) if record else None
+    except ValueError:
+        return None
+    return attemptdir.exit_info(data) if isinstance(data, dict) else None
 
 
 class LineSplitter:
@@ -421,6 +435,7 @@ class AttemptRunner:
         # its end, heard before the process is torn down (its pid says so a millisecond later)
         done: int | None = getattr(self.popen, "done_fd", None)
         finished = False  # the done pipe closed: the exit record is written (or the shim died)
+        record = bytearray()  # what came down the done pipe: the exit record, or nothing
         if done is not None:
             self.popen.done_fd = None  # type: ignore[union-attr]  # the runner's from now on
             os.set_blocking(done, False)
@@ -447,7 +462,7 @@ class AttemptRunner:
                 if done is not None:
                     with anyio.move_on_after(self.limits.tick_s):
                         await anyio.wait_readable(done)
-                    finished = _closed(done)
+                    finished = _drained(done, record)
                 elif pidfd is not None:
                     with anyio.move_on_after(self.limits.tick_s):
                         await anyio.wait_readable(pidfd)
@@ -458,7 +473,7 @@ class AttemptRunner:
             for fd in (pidfd, done):
                 if fd is not None:
                     os.close(fd)
-        info = attemptdir.read_exit(self.dir)
+        info = _exit_from(bytes(record)) or attemptdir.read_exit(self.dir)
         if info is None:
             exit_code, reason = None, ExitReason.CRASHED
         else:

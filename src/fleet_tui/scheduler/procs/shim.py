@@ -140,9 +140,7 @@ class Shim:
                 os.umask(own_umask)
         except (OSError, ValueError) as e:  # ValueError: a NUL byte in an argument or variable
             os.write(err_fd, f"fleet-tui shim: cannot start {self.argv[0]!r}: {e}\n".encode())
-            files.write_exit(
-                self.dir, files.exit_record(127, None, files.SPAWN_FAILED, time.time(), error=str(e))
-            )
+            self.record_exit(files.exit_record(127, None, files.SPAWN_FAILED, time.time(), error=str(e)))
             return 1
         os.close(in_fd)
         os.close(out_fd)
@@ -213,11 +211,27 @@ class Shim:
             elif os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
                 exit_code = 128 + sig
-        files.write_exit(self.dir, files.exit_record(exit_code, sig, self.stop_reason, time.time(), killed))
-        if self.done_fd is not None:
-            os.close(self.done_fd)
-            self.done_fd = None
+        self.record_exit(files.exit_record(exit_code, sig, self.stop_reason, time.time(), killed))
         return 0
+
+    def record_exit(self, record: dict[str, object]) -> None:
+        """The exit record, to ``exit.json`` and, for a shim from the pool, down its done pipe,
+        which then closes: the supervisor has it from the pipe it waits on, with no file to read
+        between an agent's end and the next agent's start (a file written first, so a record
+        in the pipe is always on disk too: an engine that adopts the attempt reads the file).
+        One write of at most ``PIPE_BUF`` bytes reaches the reader whole or not at all; a
+        longer record (a long error) goes by the file only."""
+        files.write_exit(self.dir, record)
+        if self.done_fd is None:
+            return
+        text = files.dump_json(record).encode()
+        try:
+            if len(text) <= select.PIPE_BUF:
+                os.write(self.done_fd, text)
+        except OSError:  # the supervisor went away: it reads the file, or its adopter does
+            pass
+        os.close(self.done_fd)
+        self.done_fd = None
 
 
 class Args:
