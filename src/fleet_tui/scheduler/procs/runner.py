@@ -431,8 +431,9 @@ class AttemptRunner:
 
     async def run(self) -> AttemptResult:
         pidfd: int | None = None
-        # a shim from the pool closes its done pipe once its exit record is written: that is
-        # its end, heard before the process is torn down (its pid says so a millisecond later)
+        # a shim from the pool sends its exit record down its done pipe and closes it once the
+        # record is written: that is its end, heard before the process is torn down (its pid
+        # says so a millisecond later), with the record (no exit.json to read)
         done: int | None = getattr(self.popen, "done_fd", None)
         finished = False  # the done pipe closed: the exit record is written (or the shim died)
         record = bytearray()  # what came down the done pipe: the exit record, or nothing

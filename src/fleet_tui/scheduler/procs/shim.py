@@ -390,8 +390,8 @@ def _fork_shim(wake_r: int, wake_w: int) -> tuple[int, int, int, int]:
     """A shim forked ahead of its job: ``(pid, start ticks, write end of its job pipe, read end
     of its done pipe)``. It sets itself up at once (a process group of its own in the server's
     session, the server's signals and files let go) and waits for one job on the pipe; a pipe
-    closed without one (the server went away) ends it. It closes the done pipe once its exit
-    record is written."""
+    closed without one (the server went away) ends it. Once its exit record is written it sends
+    the record down the done pipe and closes it (``Shim.record_exit``)."""
     job_r, job_w = os.pipe()
     done_r, done_w = os.pipe()  # not inherited by the agent (close-on-exec)
     pid = os.fork()
