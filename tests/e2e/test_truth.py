@@ -376,7 +376,8 @@ def test_plan_counts_the_agents_a_live_engine_runs_on_this_machine(tmp_path: Pat
 def test_plan_counts_against_the_cap_a_live_engine_runs_with(tmp_path: Path) -> None:
     """An engine started with `run --max-concurrent 1` while config.toml says 4: `plan` says the
     queue behind its one agent waits for a slot, as that engine does (it counted against the
-    config's 4 and said "would start"). Once the engine stops, the config's cap counts again."""
+    config's 4 and said "would start"), and `status --gauges` says 1/1 (it said 1/4). Once the
+    engine stops, the config's cap counts again."""
     home = home_with(tmp_path, "max_concurrent = 4")
     for i in range(3):
         add(home, f"t{i}", "@sim sleep=60")
@@ -386,11 +387,19 @@ def test_plan_counts_against_the_cap_a_live_engine_runs_with(tmp_path: Path) -> 
         wait_for(lambda: by_name(home).get("t0", {}).get("status") == "running", 30, what="t0 to run")
         out = fleet(home, "plan").stdout
         assert "t1: waits: slots full: 1/1 running" in out and "would start" not in out, out
+        assert slots(home)["value"] == "1/1"  # `status --gauges` counts against it too
     finally:
         run.send_signal(signal.SIGTERM)
         run.wait(timeout=30)
     out = fleet(home, "plan").stdout
     assert "t0: would start" in out and "t2: would start" in out, out
+    assert slots(home)["value"] == "0/4"
+
+
+def slots(home: Path) -> dict[str, Any]:
+    """The slots gauge of `status --gauges --json`."""
+    gauges = json.loads(fleet(home, "status", "--gauges", "--json").stdout)["gauges"]
+    return next(g for g in gauges if g["key"] == "slots")
 
 
 def test_a_running_engine_prints_a_rejected_config_edit(tmp_path: Path) -> None:

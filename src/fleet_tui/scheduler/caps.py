@@ -5,7 +5,9 @@ since, runs with a cap that this machine's ``config.toml`` does not say. ``fleet
 process of its own, counted the machine's running agents against the config's cap, and said
 "would start" for tasks that its engines rightly held back (or "waits" for tasks they would
 start). So each engine keeps the cap it runs with in the store's settings (``cap:<engine>``)
-while it runs, and a plan on a machine where engines run counts against the sum of theirs.
+while it runs, and a plan on a machine where engines run counts against the sum of theirs. The
+slots gauge of ``status --gauges`` and of an attached cockpit, which count every agent, count
+them against every live engine's slots the same way (scheduler/view.py).
 
 An engine writes its row when it starts and when its cap changes, and deletes it when it stops;
 a starting engine deletes the rows of engines that are no longer live (a crash leaves its row).

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from fleet_tui.config import Config
-from fleet_tui.scheduler import series
+from fleet_tui.scheduler import caps, series
 from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.control import Controller, archived_ids, hostname
@@ -107,7 +107,8 @@ def build_snapshot(
     else the assumed one.
     With a ``mirror`` only the tasks that changed since its last refresh are read. ``owner``:
     the engine whose snapshot this is; its slots gauge counts its own agents against its own
-    ``max_concurrent`` and the other engines' apart (without one, every agent counts)."""
+    ``max_concurrent`` and the other engines' apart (without one, every agent counts, against
+    the slots every live engine runs with: caps.py; ``max_concurrent`` when none is live)."""
     hidden = archived_ids(store)
     every = mirror.refresh(store) if mirror is not None else tuple(store.list_tasks())
     tasks = tuple(t for t in every if t.id not in hidden) if hidden else every
@@ -120,10 +121,15 @@ def build_snapshot(
         load, mem, disk = h.load, h.mem_available, h.disk_free
     active = [t for t in tasks if t.status in ACTIVE]
     own = len(active) if owner is None else sum(1 for t in active if t.owner == owner)
+    cap = cfg.max_concurrent
+    if owner is None:  # every agent counts: against every live engine's slots, as each runs
+        engines = [e["owner"] for e in store.live_engines(now, max(3 * cfg.heartbeat_s, 5.0))]
+        if engines:
+            cap = caps.total(store, engines, cfg.max_concurrent)
     g = Gauges(
         running=own,
         running_elsewhere=len(active) - own,
-        max_concurrent=cfg.max_concurrent,
+        max_concurrent=cap,
         paused=store.get_setting("fleet_paused") == "1",
         load_per_core=load,
         mem_available=mem,
