@@ -496,10 +496,9 @@ def cmd_plan(ctx: Ctx) -> int:
     from fleet_tui.scheduler import caps
 
     eng = _engine(ctx)
-    live = [e["owner"] for e in ctx.store.live_engines(time.time(), _stale_s(ctx)) if e["host"] == eng.host]
-    if live:  # the slots of this machine's engines as they run (``run --max-concurrent``, say)
-        cap = caps.total(ctx.store, live, ctx.cfg.max_concurrent)
-        eng.cfg = dataclasses.replace(eng.cfg, max_concurrent=cap)
+    # the slots of this machine's engines as they run (``run --max-concurrent``, say)
+    cap = caps.live_total(ctx.store, time.time(), _stale_s(ctx), ctx.cfg.max_concurrent, host=eng.host)
+    eng.cfg = dataclasses.replace(eng.cfg, max_concurrent=cap)
     decisions = eng.planner.plan(False, _running_here(ctx, eng.host))
     if not decisions:
         print("nothing queued")
@@ -521,7 +520,7 @@ def cmd_plan(ctx: Ctx) -> int:
 
 def _stale_s(ctx: Ctx) -> float:
     """How long after its last heartbeat an engine (or its host) no longer counts as live."""
-    return max(3 * ctx.cfg.heartbeat_s, 5.0)
+    return ctx.cfg.stale_s
 
 
 def _agents_by_host(ctx: Ctx, owners: set[str] | None = None) -> dict[str, int]:

@@ -97,6 +97,11 @@ class Config:
     continue_session: Literal["auto", "fresh"] = "auto"
     followup_grace_s: float = 60.0
 
+    @property
+    def stale_s(self) -> float:
+        """How long after its last heartbeat an engine (or its host) no longer counts as live."""
+        return max(3 * self.heartbeat_s, 5.0)
+
 
 class ConfigError(ValueError):
     """A config file or value that cannot be used; the message says where and how to fix it."""

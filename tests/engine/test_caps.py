@@ -27,7 +27,7 @@ def test_total_sums_the_recorded_caps_and_takes_the_default_for_an_engine_withou
         assert caps.total(store, ["a", "c", "old-version"], 4) == 1 + 4 + 4
         assert caps.prune(store, {"a"}) == 2
         assert store.settings_with_prefix(caps.SETTING) == {"cap:a": "1"}
-        caps.drop(store, "a")
+        store.set_setting(caps.key("a"), None)  # its stop
         assert store.settings_with_prefix(caps.SETTING) == {}
     finally:
         store.close()
@@ -72,7 +72,7 @@ async def test_an_engine_back_from_a_long_silence_records_its_cap_again(tmp_path
     try:
         engine = Engine(store, tmp_path, Config(max_concurrent=3))
         store.register_engine(engine.owner, engine.host, 1, 0.0, time.time())
-        await anyio.to_thread.run_sync(engine._start_caps)
+        await anyio.to_thread.run_sync(engine._start_records)
         mine = caps.SETTING + engine.owner
         await engine._heartbeat()
         assert store.get_setting(mine) == "3"

@@ -22,14 +22,14 @@ from fleet_tui.scheduler.store.protocol import Store
 SETTING = "cap:"
 
 
+def key(owner: str) -> str:
+    """The setting that holds engine ``owner``'s cap (set to None when it stops)."""
+    return SETTING + owner
+
+
 def save(store: Store, owner: str, cap: int) -> None:
     """Engine ``owner`` runs with ``cap`` slots from now on."""
-    store.set_setting(SETTING + owner, str(cap))
-
-
-def drop(store: Store, owner: str) -> None:
-    """Engine ``owner`` stopped: its cap no longer counts."""
-    store.set_setting(SETTING + owner, None)
+    store.set_setting(key(owner), str(cap))
 
 
 def prune(store: Store, live: Collection[str]) -> int:
@@ -49,9 +49,16 @@ def total(store: Store, owners: Collection[str], default: int) -> int:
     caps = store.settings_with_prefix(SETTING)
     out = 0
     for owner in owners:
-        text = caps.get(SETTING + owner)
+        text = caps.get(key(owner))
         try:
             out += max(0, int(text)) if text is not None else default
         except ValueError:  # a garbled row: the config's cap, as for an engine that wrote none
             out += default
     return out
+
+
+def live_total(store: Store, now: float, stale_s: float, default: int, host: str | None = None) -> int:
+    """The slots of the engines live now (on ``host`` only, when given): ``total``; ``default``
+    when none is."""
+    owners = [e["owner"] for e in store.live_engines(now, stale_s) if host is None or e["host"] == host]
+    return total(store, owners, default) if owners else default

@@ -286,9 +286,7 @@ class Engine(Controller):
             float(shimmod.proc_start_ticks(me) or 0),
             self.clock(),
         )
-        # each engine's run leaves its pulse for the hour after it; older ones go now
-        await anyio.to_thread.run_sync(prune_series, self.store, self.clock())
-        await anyio.to_thread.run_sync(self._start_caps)
+        await anyio.to_thread.run_sync(self._start_records)
         if self.cfg.max_concurrent > 0:
             if self.shim_pool is None:
                 self.shim_pool = ShimPool.for_home(self.home, self.cfg.max_concurrent, self.cfg.agent_nice)
@@ -346,16 +344,19 @@ class Engine(Controller):
                         self.resilient.call_once, "unregister_engine", self.owner, self.clock()
                     )
                     await anyio.to_thread.run_sync(
-                        self.resilient.call_once, "set_setting", caps.SETTING + self.owner, None
+                        self.resilient.call_once, "set_setting", caps.key(self.owner), None
                     )
                 except Exception as e:  # best effort: it must not hide why the engine stopped
                     log.warning("could not record this engine's stop in the store: %s", e)
                 self.bus.close()
 
-    def _start_caps(self) -> None:
-        """Record the cap this engine runs with (``plan`` in another process counts against
-        it), and drop those of engines no longer live (caps.py)."""
-        live = {e["owner"] for e in self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0))}
+    def _start_records(self) -> None:
+        """The store's records of engines, at this one's start (one hand-over): each engine's run
+        leaves its pulse for the hour after it, older ones go now; the cap this engine runs with
+        is recorded (``plan`` in another process counts against it), and those of engines no
+        longer live are dropped (caps.py)."""
+        prune_series(self.store, self.clock())
+        live = {e["owner"] for e in self.store.live_engines(self.clock(), self.cfg.stale_s)}
         caps.prune(self.store, live | {self.owner})
         self._cap_saved = self.cfg.max_concurrent
         caps.save(self.store, self.owner, self._cap_saved)
@@ -455,9 +456,7 @@ class Engine(Controller):
             return False
         # tasks still marked running under a dead engine come back once its lease expires:
         # someone has to be there to reclaim them
-        orphans = await anyio.to_thread.run_sync(
-            self.store.orphaned_tasks, self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)
-        )
+        orphans = await anyio.to_thread.run_sync(self.store.orphaned_tasks, self.clock(), self.cfg.stale_s)
         return not [t for t in orphans if t.owner != self.owner]
 
     def gate_config(self) -> GateConfig:
@@ -786,7 +785,7 @@ class Engine(Controller):
             await anyio.to_thread.run_sync(
                 self.resilient.call_once, "heartbeat", self.owner, self.clock(), self.cfg.lease_s
             )
-            if started - self._hb_ok_at > max(3 * self.cfg.heartbeat_s, 5.0) and self._cap_saved >= 0:
+            if started - self._hb_ok_at > self.cfg.stale_s and self._cap_saved >= 0:
                 # silent long enough to count as gone (a suspended laptop, a store outage): an
                 # engine that started meanwhile dropped our cap (caps.prune); say it again
                 await anyio.to_thread.run_sync(caps.save, self.store, self.owner, self._cap_saved)

@@ -123,9 +123,7 @@ def build_snapshot(
     own = len(active) if owner is None else sum(1 for t in active if t.owner == owner)
     cap = cfg.max_concurrent
     if owner is None:  # every agent counts: against every live engine's slots, as each runs
-        engines = [e["owner"] for e in store.live_engines(now, max(3 * cfg.heartbeat_s, 5.0))]
-        if engines:
-            cap = caps.total(store, engines, cfg.max_concurrent)
+        cap = caps.live_total(store, now, cfg.stale_s, cfg.max_concurrent)
     g = Gauges(
         running=own,
         running_elsewhere=len(active) - own,
@@ -236,7 +234,7 @@ class AttachedView(Controller):
         out += [QuestionChanged(q) for q in snap.questions if q.id not in oldq]
         out.append(GaugesChanged(snap.gauges))
         live = await anyio.to_thread.run_sync(
-            lambda: bool(self.store.live_engines(self.clock(), max(3 * self.cfg.heartbeat_s, 5.0)))
+            lambda: bool(self.store.live_engines(self.clock(), self.cfg.stale_s))
         )
         if not live:  # the header says so, with the figures' age, for as long as it lasts
             beats = [h.heartbeat for h in snap.hosts]

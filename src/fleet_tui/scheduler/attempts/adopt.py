@@ -58,7 +58,7 @@ class Adopter:
         cfg = self._config()
         now = self.life.clock()
         store = self.store
-        stale_s = max(3 * cfg.heartbeat_s, 5.0)
+        stale_s = cfg.stale_s
         same_host = t.host == self.host
         alive = await anyio.to_thread.run_sync(owner_alive, store, t.owner, now, stale_s)
         if alive:
