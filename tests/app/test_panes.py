@@ -555,8 +555,9 @@ async def test_stream_says_why_it_follows_no_task() -> None:
     app = sc.make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.stream.lines, "a line in the stream")
-        assert "finished and folded away: press f" in app.stream.lines[0].text
-        assert all("No tasks yet" not in line.text for line in app.stream.lines)
+        said = " ".join(line.text.strip() for line in app.stream.lines)
+        assert "finished and folded away: press f to show them" in said
+        assert "No tasks yet" not in said
         await pilot.press("f")
         await wait_for(pilot, lambda: app.stream.task_id == done[0].id, "the stream following the task")
         await wait_for(pilot, lambda: app.stream.flushes, "fill")
@@ -566,6 +567,30 @@ async def test_stream_says_why_it_follows_no_task() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.stream.lines, "a line in the stream")
         assert "No tasks yet" in app.stream.lines[0].text
+
+
+async def test_the_streams_own_lines_wrap_instead_of_being_cut() -> None:
+    """A hint longer than the pane is wrapped, every word on screen (it was cut at the pane's edge:
+    "press f to show the"); a wider pane takes it on one line again, a narrower one wraps it again."""
+    hint = "No tasks yet: press n to add one, or run `fleet-tui load tasks.toml`."
+    app = sc.make_app(sc.empty())
+    async with app.run_test(size=(160, 30)) as pilot:
+        stream = app.stream
+
+        def said() -> str:
+            return " ".join(line.text.strip() for line in stream.lines)
+
+        def fits() -> bool:
+            return all(line.cell_length <= stream.scrollable_content_region.width for line in stream.lines)
+
+        await wait_for(pilot, lambda: stream.lines, "a line in the stream")
+        assert stream.scrollable_content_region.width < len(hint)  # the case: a pane narrower than the hint
+        assert fits() and said() == hint and len(stream.lines) == 2
+        await pilot.resize_terminal(200, 30)
+        await wait_for(pilot, lambda: [line.text for line in stream.lines] == [hint], "one line when it fits")
+        await pilot.resize_terminal(160, 30)
+        await wait_for(pilot, lambda: len(stream.lines) == 2 and fits(), "wrapped again")
+        assert said() == hint
 
 
 async def test_the_streams_scroll_bar_is_redrawn_only_when_it_would_look_different() -> None:

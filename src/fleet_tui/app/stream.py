@@ -45,6 +45,19 @@ FILL_LIMIT = 200  # a screenful or four; the detail screen and `fleet-tui logs` 
 UNDRAWN = Strip([])
 
 
+class _NoteLine(str):
+    """One line of a wrapped note of the cockpit's own, remembering the whole note (and which
+    note: the same text may be noted twice) so a resize wraps the note again from its words."""
+
+    whole: str
+    note: object
+
+    def __new__(cls, line: str, whole: str, note: object) -> Self:
+        made = super().__new__(cls, line)
+        made.whole, made.note = whole, note
+        return made
+
+
 class StreamLog(RichLog):
     """Events of one task. Call ``follow`` on selection, ``offer`` for every live event."""
 
@@ -157,10 +170,18 @@ class StreamLog(RichLog):
         self._note(text)
 
     def _note(self, text: str) -> None:
-        """A line of the cockpit's own (kept like the events, so a resize renders it again)."""
-        self._shown.append(text)
-        if self._size_known:
-            self._append([text], self._line_width())
+        """A line of the cockpit's own (kept like the events, so a resize renders it again),
+        wrapped at the pane's width once it is known (``_rerender`` wraps it again)."""
+        if not self._size_known:
+            self._shown.append(text)
+            return
+        width = self._line_width()
+        if self._shown and width != self._width:  # what is kept was cut at another width
+            self._rerender()
+        self._width = width
+        lines = self._wrapped([text], width)
+        self._shown.extend(lines)
+        self._append(lines, width)
 
     def _line_width(self) -> int:
         return max(self.scrollable_content_region.width or 120, 20)
@@ -198,6 +219,8 @@ class StreamLog(RichLog):
         unless it followed the end)."""
         width = self._width = self._line_width()
         self.clear()
+        if any(isinstance(item, str) for item in self._shown):
+            self._shown = deque(self._wrapped(list(self._shown), width), maxlen=self._shown.maxlen)
         if self._shown:
             self._append(list(self._shown), width)
 
@@ -283,6 +306,30 @@ class StreamLog(RichLog):
             # ``_shown`` keeps the items behind the kept lines, in the same order, to the same cap
             self.lines[y] = self._strip(self._line(self._shown[y - len(self.lines)], self._width))
         return super()._render_line(y, scroll_x, width)
+
+    def _wrapped(self, items: Sequence[Event | str], width: int) -> list[Event | str]:
+        """The cockpit's own lines (a hint, an error) wrapped at ``width`` cells, one item a line
+        (``_render_line`` maps lines to ``_shown`` one to one): an event line is cut at the pane's
+        edge (the detail screen shows it whole), but a sentence cut there says nothing ("press f
+        to show the")."""
+        out: list[Event | str] = []
+        last: _NoteLine | None = None
+        for item in items:
+            if not isinstance(item, str):
+                out.append(item)
+                last = None
+                continue
+            if isinstance(item, _NoteLine):
+                if last is not None and item.note is last.note:
+                    continue  # a later line of a note wrapped again whole
+                whole, note = item.whole, item.note
+            else:
+                whole, note = item, object()
+            lines = [line.plain for line in Text(whole).wrap(self.app.console, width)] or [whole]
+            wrapped = [_NoteLine(line, whole, note) for line in lines]
+            out.extend(wrapped)
+            last = wrapped[0]
+        return out
 
     def _append(self, items: Sequence[Event | str], width: int) -> None:
         """``RichLog.write``'s bookkeeping for lines cut to ``width``: the lines kept (the oldest
