@@ -593,6 +593,17 @@ async def test_the_streams_own_lines_wrap_instead_of_being_cut() -> None:
         assert said() == hint
 
 
+async def test_a_live_frame_due_as_the_cockpit_closes_does_nothing() -> None:
+    """A frame timer set just before the cockpit closed fires after its screens are gone: it did
+    ``self.screen`` and the quit ended in a ScreenStackError traceback (seen in
+    test_the_cockpits_loop_never_runs_engine_work, 1 run in 5 on a busy machine)."""
+    app = sc.make_app(sc.empty())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+    assert not app.screen_stack  # what the late timer meets
+    app._frame()  # nothing to draw, nothing raised
+
+
 async def test_the_streams_scroll_bar_is_redrawn_only_when_it_would_look_different() -> None:
     """A log long enough that its thumb is one cell keeps its scroll bar as drawn while it grows
     at its end (textual redrew the bar for every line written); scrolling it home moves the thumb

@@ -404,7 +404,10 @@ class FleetApp(WheelKeys, App[None]):
 
     def _frame(self) -> None:
         self._frame_pending = False
-        if self.screen is not self.screen_stack[0]:
+        stack = self.screen_stack
+        if not stack:  # the app is closing: its screens are gone before a timer set just before
+            return
+        if stack[-1] is not stack[0]:
             # a dialog or the detail screen covers the panes: their live lines and cells wait
             # (drawn beneath a see-through dialog they cost a redraw of the whole cockpit a
             # frame), and are drawn in a frame after the one that uncovers them, so closing the
