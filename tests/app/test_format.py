@@ -105,7 +105,11 @@ def test_event_lines() -> None:
     long = Event("t", 1, 1, sc.NOW, "text", text="x" * 500)
     assert len(fmt.event_line(long, 60).plain) == 60
     usage = Event("t", 1, 2, sc.NOW, "usage", usage=Usage(1000, 200), context_tokens=10, context_window=100)
-    assert "1.2k tok" in fmt.event_summary(usage)
+    assert fmt.event_summary(usage) == "1.2k tok · ctx 10%"
+    # a usage that counts no tokens (the context only, or nothing) says so, not "- tok"
+    ctx_only = Event("t", 1, 2, sc.NOW, "usage", usage=Usage(0, 0), context_tokens=8, context_window=100)
+    assert fmt.event_summary(ctx_only) == "ctx 8%"
+    assert fmt.event_summary(Event("t", 1, 2, sc.NOW, "usage", usage=Usage(0, 0))) == "0 tok"
     rl = Event("t", 1, 3, sc.NOW, "rate_limit", rate_limit=RateLimit("claude", "allowed", 0.5, sc.NOW + 60))
     assert fmt.event_summary(rl) == "claude 50% (resets 16:01)"
     assert fmt.log_matches(ev, "PYTEST") and not fmt.log_matches(ev, "nothing")

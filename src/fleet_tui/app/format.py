@@ -361,9 +361,11 @@ def event_summary(ev: Event) -> str:
             )
         body = f"{ev.tool or '?'}  {arg if arg is not None else ''}".rstrip()
     elif ev.kind == "usage" and ev.usage is not None:
-        body = f"{count(ev.usage.total)} tok"
+        # a usage that counts no tokens (a final report of the context only) says so, not "- tok"
+        parts = [f"{count(ev.usage.total)} tok"] if ev.usage.total else []
         if ev.context_tokens and ev.context_window:
-            body += f" · ctx {100 * ev.context_tokens / ev.context_window:.0f}%"
+            parts.append(f"ctx {100 * ev.context_tokens / ev.context_window:.0f}%")
+        body = " · ".join(parts) or "0 tok"
     elif ev.kind == "rate_limit" and ev.rate_limit is not None:
         body = rate_limit_text(ev.rate_limit, ev.ts)
     elif ev.kind == "result" and ev.cost_usd is not None:
