@@ -116,7 +116,9 @@ def seed_demo(home: Path) -> Path:
     return tasks
 
 
-def _app(engine: Any, *, title: str, on_quit: str, run_engine: Any, base_dir: str) -> Any:
+def _app(
+    engine: Any, *, title: str, on_quit: str, run_engine: Any, base_dir: str, adoptable: bool = True
+) -> Any:
     from fleet_tui.app.app import FleetApp
 
     return FleetApp(
@@ -126,6 +128,7 @@ def _app(engine: Any, *, title: str, on_quit: str, run_engine: Any, base_dir: st
         run_engine=run_engine,
         base_dir=base_dir,
         hangup=True,  # the terminal going away closes it as ``q`` does (FleetApp._on_hangup)
+        adoptable=adoptable,
     )
 
 
@@ -152,8 +155,9 @@ def stored_reads(store: Any) -> Any | None:
         return None
 
 
-def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> int:
-    """The cockpit on ``ctx``'s home and store (engine inside unless ``attach``)."""
+def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui", adoptable: bool = True) -> int:
+    """The cockpit on ``ctx``'s home and store (engine inside unless ``attach``); ``adoptable``:
+    a later engine can reach the home, so a hangup may leave its agents running for it."""
     if not sys.stdout.isatty() and not os.environ.get("FLEET_FORCE_TUI"):
         print(
             "fleet-tui: the cockpit needs a terminal; use `fleet-tui run` for a headless engine, "
@@ -181,7 +185,14 @@ def run_cockpit(ctx: Any, *, attach: bool = False, title: str = "fleet-tui") -> 
         engine = Engine(store, ctx.home, cfg, config_path=ctx.config_path)
         # the engine on a thread of its own, niced below the cockpit's (issue 14)
         hosted = EngineThread(engine, engine.run, reads=reads, nice=engine_nice(cfg.agent_nice))
-        app = _app(hosted, title=title, on_quit=cfg.on_quit, run_engine=hosted.run, base_dir=os.getcwd())
+        app = _app(
+            hosted,
+            title=title,
+            on_quit=cfg.on_quit,
+            run_engine=hosted.run,
+            base_dir=os.getcwd(),
+            adoptable=adoptable,
+        )
         _terminal_notifications(engine, app)
     try:
         app.run()
@@ -227,4 +238,6 @@ def run_demo(ctx: Any) -> int:
     ctx.args.store = None
     os.environ.pop("FLEET_STORE", None)
     print(f"fleet-tui demo: home {home}", file=sys.stderr)
-    return run_cockpit(ctx, title="fleet-tui demo")
+    # a temporary home is never opened again (the next demo makes a new one): a hangup stops its
+    # agents rather than leave them for an adopter; a --home given may be opened again
+    return run_cockpit(ctx, title="fleet-tui demo", adoptable=bool(given))

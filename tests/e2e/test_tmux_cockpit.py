@@ -399,6 +399,44 @@ def test_a_terminal_that_hangs_up_leaves_the_agents_to_be_adopted(cockpit: Cockp
     assert (done["status"], done["attempt"]) == ("done", 1), done
 
 
+def test_a_demo_on_a_temporary_home_stops_its_agents_when_the_terminal_hangs_up(
+    cockpit: Cockpit, tmp_path: Path
+) -> None:
+    """`fleet-tui demo` makes a new temporary home each time, so nothing ever adopts what it
+    leaves: on a hangup it stops its agents. It left them running under a lease of 12 hours,
+    waiting for an adopter that never came (seen by closing a demo's tmux window)."""
+    cp = cockpit
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "demo.sh"
+    script.write_text(
+        "#!/bin/sh\nunset FLEET_STORE FLEET_HOME TMUX COLUMNS LINES\nexport TERM=xterm-256color\n"
+        + f"export TMPDIR={_sh(str(tmp))}\ncd {_sh(str(tmp_path))}\n"
+        + f"exec {_sh(sys.executable)} -m fleet_tui demo\n"
+    )
+    script.chmod(0o755)
+    cp.start(script, 120, 36)
+    cockpit_proc = psutil.Process(int(cp.pane("#{pane_pid}")))  # exec: the pane's process itself
+    found = cp.wait(lambda: next(tmp.glob("fleet-demo-*"), None), timeout=20, what="the demo's home")
+    assert found is not None
+    home: Path = found
+    try:
+        cp.wait(
+            lambda: [
+                t for t in json.loads(fleet(home, "status", "--json").stdout) if t["status"] == "running"
+            ],
+            timeout=30,
+            what="an agent running",
+        )
+        assert home_processes(home), "no agent process of the demo's home to stop"
+        cp.kill_server()  # the terminal hangs up
+        wait_for(lambda: gone(cockpit_proc), timeout=30, what="the cockpit to exit after the hangup")
+        assert_no_agents_left(home)
+    finally:
+        for proc in home_processes(home):
+            proc.kill()
+
+
 def test_a_headless_run_whose_terminal_hangs_up_stops_as_on_sigterm(cockpit: Cockpit, tmp_path: Path) -> None:
     """`fleet-tui run` started in a terminal that goes away: SIGHUP ends the run as SIGTERM does
     (the agent stopped, its task queued again), whatever it can no longer print. Unhandled, it

@@ -175,12 +175,16 @@ class FleetApp(WheelKeys, App[None]):
         run_engine: Callable[[], Awaitable[None]] | None = None,
         base_dir: str | None = None,
         hangup: bool = False,
+        adoptable: bool = True,
     ) -> None:
         super().__init__()
         self.engine = engine
         #: SIGHUP and SIGTERM close the cockpit as ``q`` does (``_on_hangup``); set by the launcher
         #: for a cockpit on a terminal, never in tests that share their process's signals
         self.hangup = hangup
+        #: a later engine or cockpit can reach this home and adopt agents left running; False for
+        #: ``demo`` on a temporary home, whose next run makes a new one (so a hangup stops them)
+        self.adoptable = adoptable
         self.fleet_title = title
         self.title = title
         self.on_quit = on_quit
@@ -860,8 +864,11 @@ class FleetApp(WheelKeys, App[None]):
         process at once: its agents ran on unsupervised until their leases ran out, then were
         killed, their work lost. Now the cockpit closes as ``q`` does, and where ``on_quit`` is
         ``ask`` it leaves them running (the choice that loses nothing): the next engine or
-        cockpit on this home adopts them."""
-        self.run_worker(self._close(self.on_quit != "stop", signum=signum), group="quit", exit_on_error=False)
+        cockpit on this home adopts them. On a home nothing will come back to (the demo's
+        temporary one) it stops them: left running, they would wait out a lease of hours
+        (``leave_running_h``) for an adopter that never comes."""
+        leave = self.on_quit != "stop" and self.adoptable
+        self.run_worker(self._close(leave, signum=signum), group="quit", exit_on_error=False)
 
     async def _close(self, leave_running: bool, signum: int | None = None) -> None:
         if self._quitting:
