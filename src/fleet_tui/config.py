@@ -492,7 +492,7 @@ def load_config(path: Path) -> Config:
     """
     try:
         check_trusted(Path(path), "the config")
-        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
+        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8-sig")
     except FileNotFoundError:
         return Config()
     except TrustError as exc:
@@ -514,7 +514,7 @@ def load_config_lenient(path: Path) -> tuple[Config, str | None]:
     # others), cannot read, or that is far too big is refused as before
     try:
         check_trusted(Path(path), "the config")
-        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8")
+        text = read_capped(Path(path), MAX_CONFIG_BYTES, "config").decode("utf-8-sig")
     except TrustError as exc:
         raise ConfigError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -643,7 +643,7 @@ def _set_value(path: Path, key: str, value: Any) -> list[str]:
     if not path.exists():
         write_default(path)
     try:
-        text = read_capped(path, MAX_CONFIG_BYTES, "config").decode("utf-8")
+        text = read_capped(path, MAX_CONFIG_BYTES, "config").decode("utf-8-sig")
     except (UnicodeDecodeError, TrustError) as exc:
         raise ConfigError(f"{path}: fix the file first, it is not UTF-8 text: {exc}") from None
     before = _problems(text, str(path))
@@ -760,7 +760,7 @@ class ConfigWatcher:
         except TrustError as exc:
             return (0, 0, str(exc).removeprefix(f"{self.path}: ")), None
         return (st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest()), data.decode(
-            "utf-8", errors="replace"
+            "utf-8-sig", errors="replace"
         )
 
     def poll(self) -> tuple[Config | None, str | None]:

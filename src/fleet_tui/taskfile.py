@@ -399,7 +399,7 @@ class _Report:
 
 
 def _read_taskfile(path: Path) -> str:
-    return read_capped(path, MAX_TASKFILE_BYTES, "task file").decode("utf-8")
+    return read_capped(path, MAX_TASKFILE_BYTES, "task file").decode("utf-8-sig")  # an editor's BOM
 
 
 def load_taskfile(

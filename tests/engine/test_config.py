@@ -210,6 +210,16 @@ def test_set_preserves_comments_and_blank_lines(tmp_path: Path) -> None:
     assert "# laptop" in path.read_text() and "\n\n\n# end\n" in path.read_text()
 
 
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    """A config.toml saved with a UTF-8 byte order mark (a Windows editor's) loads, and
+    ``config set`` edits it; the mark was a TOML error on line 1."""
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"\xef\xbb\xbfmax_concurrent = 3\r\n")
+    assert load_config(path).max_concurrent == 3
+    set_value(path, "max_retries", "2")
+    assert load_config(path) == Config(max_concurrent=3, max_retries=2)
+
+
 def test_set_rejects_bad_values_and_writes_nothing(tmp_path: Path) -> None:
     path = write(tmp_path / "config.toml", SAMPLE)
     before = path.read_text()

@@ -154,6 +154,20 @@ def test_bad_toml_reports_its_line(tmp_path: Path) -> None:
     assert "column" in err
 
 
+def test_a_byte_order_mark_and_windows_line_ends_are_read_as_any_editor_writes_them(tmp_path: Path) -> None:
+    """A task file saved by a Windows editor starts with a UTF-8 byte order mark and ends its lines
+    with CRLF: it loads, with its problems at the right lines (the mark read as "Invalid
+    statement (column 1)" on line 1)."""
+    path = tmp_path / "tasks.toml"
+    body = '[[task]]\nname = "a"\nprompt = "x"\n\n[[task]]\nname = "b"\nprompt = "y"\nprority = 1\n'
+    path.write_bytes(b"\xef\xbb\xbf" + body.replace("\n", "\r\n").encode())
+    (err,) = load(path)
+    assert err.startswith(f"{path}:8: unknown key 'prority'"), err
+    path.write_bytes(b"\xef\xbb\xbf" + body.replace("prority = 1\n", "").replace("\n", "\r\n").encode())
+    res = load_taskfile(path, known_coders=CODERS)
+    assert not res.errors and [s.name for s in res.specs] == ["a", "b"]
+
+
 def test_bad_toml_duplicate_key_and_unclosed_string(tmp_path: Path) -> None:
     path = write(tmp_path, '[[task]]\nname = "a"\nname = "b"\n')
     assert load(path)[0].startswith(f"{path}:3: bad TOML:")
