@@ -70,9 +70,10 @@ class Ctx:
         except TrustError as e:
             raise UserError(str(e)) from e
         except OSError as e:
-            raise UserError(
-                f"cannot use the fleet home {self.home}: {e.strerror or e}: pick another with --home"
-            ) from e
+            why = e.strerror or str(e)
+            if self.home.exists() and not self.home.is_dir():  # mkdir said only "File exists"
+                why = "it is a file, not a folder"
+            raise UserError(f"cannot use the fleet home {self.home}: {why}: pick another with --home") from e
         self._home_ready = True
 
     @property

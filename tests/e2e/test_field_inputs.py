@@ -359,6 +359,23 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
         assert "malformed" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_a_home_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    """``--home`` (or FLEET_HOME) naming a file: one line that says so; it said only "File
+    exists", mkdir's word for it."""
+    home = tmp_path / "notes.txt"
+    home.write_text("not a folder\n")
+    p = subprocess.run(
+        [*FLEET, "--home", str(home), "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=fleet_env(home),
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert f"cannot use the fleet home {home}: it is a file, not a folder" in p.stderr, p.stderr
+    assert home.read_text() == "not a folder\n"
+
+
 def test_config_set_on_a_read_only_home_is_one_line(tmpfs: Path) -> None:
     home = tmpfs / "home"
     home.mkdir()
