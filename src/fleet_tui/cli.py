@@ -51,6 +51,12 @@ def cmd_add(ctx: Ctx) -> int:
     from fleet_tui.taskfile import validate_spec
 
     a = ctx.args
+    if (
+        not a.prompt.strip() and not a.command
+    ):  # the task file's wording ("prompt = ...") fits no command line
+        raise UserError(
+            'the prompt is empty: say what the agent should do (fleet-tui add "Fix the flaky test")'
+        )
     coder = a.coder or ("shell" if a.command else None)
     spec = TaskSpec(
         name=a.name or _slug(a.prompt),

@@ -342,6 +342,7 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
         (("add", "p", "--coder", "sim", "--priority", "99999999999999999999999"), "priority must be between"),
         (("--store", "postgresql://u:secret@h:notaport/db", "status"), "bad store URL"),
         (("validate", "/dev/zero"), "not a regular file"),
+        (("add", "  "), "the prompt is empty: say what the agent should do"),
     ):
         p = fleet(home, *args, check=False)
         assert p.returncode == 1 and "Traceback" not in p.stderr and expect in p.stderr, (args, p.stderr)
