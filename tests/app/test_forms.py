@@ -10,7 +10,7 @@ import pytest
 from textual import events
 from textual.widgets import Collapsible, Input, TextArea
 
-from fleet_tui.app.forms import validate_new_task
+from fleet_tui.app.forms import FIELDS, validate_new_task
 from fleet_tui.screens.new_task import NewTaskScreen
 
 from . import scenarios as sc
@@ -131,3 +131,10 @@ def test_form_rules(tmp_path: Path) -> None:
     }
     assert bad.errors["command"] == "the shell coder needs a command"
     assert validate_new_task({**base, "env": "A='x"}, set()).errors["env"].startswith("unbalanced quotes")
+
+
+def test_the_command_hint_says_where_the_shell_coder_puts_the_prompt() -> None:
+    """It said "{prompt} is replaced": the shell coder replaces nothing, so `echo {prompt}` printed
+    "{prompt}". The prompt is in $FLEET_PROMPT (tests/coders/test_shell.py)."""
+    hint = {key: placeholder for key, _, placeholder in FIELDS}["command"]
+    assert "{prompt}" not in hint and "$FLEET_PROMPT" in hint

@@ -28,7 +28,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("name", "Name", "unique, a-z 0-9 - _"),
     ("cwd", "Directory", "where it runs (default: .)"),
     ("coder", "Coder", "claude, codex, opencode, gemini, shell, sim (default: config)"),
-    ("command", "Command", "shell coder: the command to run ({prompt} is replaced)"),
+    ("command", "Command", "shell coder: the command to run (the prompt is in $FLEET_PROMPT)"),
     ("model", "Model", "e.g. sonnet (optional)"),
     ("git_ref", "Git ref", "run in a worktree from this ref (optional)"),
     ("verify", "Verify", "shell command that must pass (optional)"),
