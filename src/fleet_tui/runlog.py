@@ -163,7 +163,13 @@ def idle_summary(
     if parked:
         lines.append(f"{len(parked)} need(s) a person:")
         lines += [f"  {_clean(p)}" for p in parked]
-    if not waiting and not parked:
+    # this engine is idle with none of its own: what still runs is another engine's (a second
+    # `run` on the same store), which it leaves to that engine; it is not "everything finished"
+    elsewhere = [t for t in tasks if t.status in (TaskStatus.RUNNING, TaskStatus.VERIFYING)]
+    if elsewhere:
+        lines.append(f"idle here; {len(elsewhere)} task(s) still run on another engine:")
+        lines += [f"  {_clean(t.name)}: {t.status.value} on {_clean(t.host or '?')}" for t in elsewhere]
+    if not waiting and not parked and not elsewhere:
         lines.append(f"idle; everything finished ({finished} task(s) done or cancelled)")
     if person:
         return lines, EXIT_NEEDS_PERSON

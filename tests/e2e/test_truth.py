@@ -449,6 +449,28 @@ def test_headless_run_prints_each_change_and_says_what_it_did(tmp_path: Path) ->
     assert "1 agent(s) stopped and their tasks requeued" in log.read_text()
 
 
+def test_an_idle_run_beside_a_busy_engine_says_what_still_runs_there(tmp_path: Path) -> None:
+    """A second `run --until-idle` on the same store, with nothing of its own to do while the first
+    engine's agent works: it ended on "idle; everything finished", which was not true."""
+    home = home_with(tmp_path)
+    add(home, "done-one", "@sim steps=1")
+    assert run_idle(home).returncode == 0
+    add(home, "long", "@sim sleep=60")
+    first = fleet_bg(home, "run", log=tmp_path / "first.log")
+    try:
+        wait_for(lambda: by_name(home)["long"]["status"] == "running" or None, 30, what="long running")
+        p = run_idle(home, "--quiet")
+        assert p.returncode == 0, p.stdout + p.stderr
+        host = by_name(home)["long"]["host"]
+        assert p.stdout.splitlines() == [
+            "idle here; 1 task(s) still run on another engine:",
+            f"  long: running on {host}",
+        ], p.stdout
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=60)
+
+
 def test_a_headless_run_piped_into_a_reader_that_leaves_still_runs_its_tasks(tmp_path: Path) -> None:
     """`fleet-tui run --until-idle | head -3`: the reader leaves after three lines. The next line
     used to raise BrokenPipeError through the engine's task group and end the run mid-way, four
