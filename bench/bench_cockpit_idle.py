@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -85,9 +86,9 @@ class Terminal:
         return done.stdout
 
     def start(self, argv: list[str], env: dict[str, str]) -> psutil.Process:
-        exports = " ".join(f"{k}={v}" for k, v in env.items())
+        exports = [f"{k}={v}" for k, v in env.items()]
         # bytecode cached, as an installed fleet-tui has it
-        command = f"env -u PYTHONDONTWRITEBYTECODE {exports} " + " ".join(argv)
+        command = shlex.join(["env", "-u", "PYTHONDONTWRITEBYTECODE", *exports, *argv])
         self.cmd("new-session", "-d", "-s", "bench", "-x", "160", "-y", "48", command)
         pid = int(self.cmd("display-message", "-p", "-t", "bench", "#{pane_pid}").strip())
         return psutil.Process(pid)

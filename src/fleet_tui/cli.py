@@ -51,9 +51,8 @@ def cmd_add(ctx: Ctx) -> int:
     from fleet_tui.taskfile import validate_spec
 
     a = ctx.args
-    if (
-        not a.prompt.strip() and not a.command
-    ):  # the task file's wording ("prompt = ...") fits no command line
+    # said here: the task file's wording ('has no prompt: add prompt = "..."') fits no command line
+    if not a.prompt.strip() and not a.command:
         raise UserError(
             'the prompt is empty: say what the agent should do (fleet-tui add "Fix the flaky test")'
         )
