@@ -596,7 +596,7 @@ async def test_the_streams_own_lines_wrap_instead_of_being_cut() -> None:
 async def test_a_live_frame_due_as_the_cockpit_closes_does_nothing() -> None:
     """A frame timer set just before the cockpit closed fires after its screens are gone: it did
     ``self.screen`` and the quit ended in a ScreenStackError traceback (seen in
-    test_the_cockpits_loop_never_runs_engine_work, 1 run in 5 on a busy machine)."""
+    test_the_cockpits_loop_never_runs_engine_work: 3 runs of 7 of tests/app under -n 2)."""
     app = sc.make_app(sc.empty())
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
