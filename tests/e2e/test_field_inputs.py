@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -360,18 +361,24 @@ def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
         assert "malformed" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
-def test_a_home_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
-    """``--home`` (or FLEET_HOME) naming a file: one line that says so; it said only "File
-    exists", mkdir's word for it."""
-    home = tmp_path / "notes.txt"
-    home.write_text("not a folder\n")
-    p = subprocess.run(
+def status_as_is(home: Path, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`fleet-tui --home HOME status` on the home as it is (``fleet`` makes a quiet one first)."""
+    return subprocess.run(
         [*FLEET, "--home", str(home), "status"],
         capture_output=True,
         text=True,
         timeout=60,
         env=fleet_env(home),
+        **kw,
     )
+
+
+def test_a_home_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    """``--home`` (or FLEET_HOME) naming a file: one line that says so; it said only "File
+    exists", mkdir's word for it."""
+    home = tmp_path / "notes.txt"
+    home.write_text("not a folder\n")
+    p = status_as_is(home)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert f"cannot use the fleet home {home}: it is a file, not a folder" in p.stderr, p.stderr
     assert home.read_text() == "not a folder\n"
@@ -442,14 +449,7 @@ def test_config_at_dev_zero_or_huge_is_refused(tmp_path: Path) -> None:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    p = subprocess.run(
-        [*FLEET, "--home", str(home), "status"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=fleet_env(home),
-        preexec_fn=limit,
-    )
+    p = status_as_is(home, preexec_fn=limit)
     no_traceback(p)
     assert "not a regular file" in p.stderr
     (home / "config.toml").unlink()
