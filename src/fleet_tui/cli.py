@@ -257,7 +257,7 @@ def cmd_run(ctx: Ctx) -> int:
 def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
     from fleet_tui.report import fresh_waiting
 
-    return fresh_waiting(ctx.store, tasks, now, _stale_s(ctx), lambda: anyio.run(_engine(ctx).plan))
+    return fresh_waiting(ctx.store, tasks, now, ctx.cfg.stale_s, lambda: anyio.run(_engine(ctx).plan))
 
 
 def cmd_status(ctx: Ctx) -> int:
@@ -502,7 +502,7 @@ def cmd_plan(ctx: Ctx) -> int:
 
     eng = _engine(ctx)
     # the slots of this machine's engines as they run (``run --max-concurrent``, say)
-    cap = caps.live_total(ctx.store, time.time(), _stale_s(ctx), ctx.cfg.max_concurrent, host=eng.host)
+    cap = caps.live_total(ctx.store, time.time(), ctx.cfg.stale_s, ctx.cfg.max_concurrent, host=eng.host)
     eng.cfg = dataclasses.replace(eng.cfg, max_concurrent=cap)
     decisions = eng.planner.plan(False, _running_here(ctx, eng.host))
     if not decisions:
@@ -523,11 +523,6 @@ def cmd_plan(ctx: Ctx) -> int:
     return 0
 
 
-def _stale_s(ctx: Ctx) -> float:
-    """How long after its last heartbeat an engine (or its host) no longer counts as live."""
-    return ctx.cfg.stale_s
-
-
 def _agents_by_host(ctx: Ctx, owners: set[str] | None = None) -> dict[str, int]:
     """Running agents per host, counted from the tasks (of these engines only, when given): two
     engines on one machine (a `run` and a cockpit, say) write the same host row in turn, each
@@ -545,7 +540,7 @@ def _running_here(ctx: Ctx, host: str) -> int:
     """The agents the live engines on this machine run now: the slots a plan made here counts
     as taken. The plan's own engine has none; counted as free, a queue behind a running engine's
     full slots read "would start" while that engine, rightly, started nothing."""
-    live = {e["owner"] for e in ctx.store.live_engines(time.time(), _stale_s(ctx))}
+    live = {e["owner"] for e in ctx.store.live_engines(time.time(), ctx.cfg.stale_s)}
     return _agents_by_host(ctx, live).get(host, 0) if live else 0
 
 
@@ -559,7 +554,7 @@ def cmd_hosts(ctx: Ctx) -> int:
     running = _agents_by_host(ctx) if hosts else {}  # a live host's, not its row's last writer's
     for h in hosts:
         age = now - h.heartbeat
-        live = age < _stale_s(ctx)
+        live = age < ctx.cfg.stale_s
         # a silent host's figures are its last report, not the present: say how old they are
         state = "live" if live else f"silent {fmt_dur(age)} (its figures are that old)"
         mem = format_gib(h.mem_available) if h.mem_available is not None else "?"

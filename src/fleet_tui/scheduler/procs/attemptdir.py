@@ -74,8 +74,16 @@ class ExitInfo:
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is missing, unreadable or not an object."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        return json_object(Path(path).read_bytes())
+    except OSError:
+        return None
+
+
+def json_object(text: str | bytes) -> dict[str, Any] | None:
+    """``text`` as a JSON object; None when it is empty, not JSON or not an object."""
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 

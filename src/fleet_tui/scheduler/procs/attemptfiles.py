@@ -136,7 +136,7 @@ def reserve_exit(dir: str) -> None:
             pass
 
 
-def write_exit(dir: str, data: dict[str, object]) -> None:
+def write_exit(dir: str, data: dict[str, object]) -> bytes:
     """Write ``exit.json``: into the reserved space when there is one (no new blocks needed),
     else as a new file; on a full disk the record is kept in memory and written as soon as there
     is room — the shim stays until then, so the runner waits for it instead of calling the
@@ -145,7 +145,9 @@ def write_exit(dir: str, data: dict[str, object]) -> None:
     Not flushed to the disk (no fsync): its reader is a supervisor on this machine, which reads
     it from the page cache, and a power loss before it was read ends as any lost attempt does
     (the task is run again). An fsync here sat between every agent's end and its supervisor
-    noticing it: 2-3 ms on a quiet disk, far more on a throttled one."""
+    noticing it: 2-3 ms on a quiet disk, far more on a throttled one.
+
+    Returns the record as written (``Shim.record_exit`` sends the same bytes down its pipe)."""
     text = dump_json(data).encode()
     path = os.path.join(dir, EXIT_JSON)
     reserved = os.path.join(dir, EXIT_RESERVED)
@@ -161,10 +163,10 @@ def write_exit(dir: str, data: dict[str, object]) -> None:
                 os.replace(reserved, path)
             else:
                 write_json(path, data)
-            return
+            return text
         except OSError:
             if not os.path.isdir(dir):
-                return  # the attempt's folder is gone: nobody will read it
+                return text  # the attempt's folder is gone: nobody will read it
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -12,7 +12,6 @@ budget and a lost claim each stop the agent with a stated reason.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -102,11 +101,7 @@ def _drained(fd: int, got: bytearray) -> bool:
 def _exit_from(record: bytes) -> attemptdir.ExitInfo | None:
     """The exit record a pooled shim sent down its done pipe; None for none (a shim that died
     without one, or whose record went by the file only)."""
-    try:
-        data = json.loads(record) if record else None
-    except ValueError:
-        return None
-    return attemptdir.exit_info(data) if isinstance(data, dict) else None
+    return attemptdir.exit_info(attemptdir.json_object(record))
 
 
 class LineSplitter:

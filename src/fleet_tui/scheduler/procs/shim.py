@@ -221,10 +221,9 @@ class Shim:
         in the pipe is always on disk too: an engine that adopts the attempt reads the file).
         One write of at most ``PIPE_BUF`` bytes reaches the reader whole or not at all; a
         longer record (a long error) goes by the file only."""
-        files.write_exit(self.dir, record)
+        text = files.write_exit(self.dir, record)
         if self.done_fd is None:
             return
-        text = files.dump_json(record).encode()
         try:
             if len(text) <= select.PIPE_BUF:
                 os.write(self.done_fd, text)
