@@ -16,7 +16,15 @@ for the last one's ~1,800 files (300 x `true`: 2.16-2.41 s and 12.4-12.9 ms of C
 against 1.53-1.64 s and 8.5-9.0 ms with nothing deleted between runs); a user's fleet deletes
 nothing while it runs.
 
-    python bench/bench_attempts.py [--tasks 200] [--concurrency 4] [--only true|sleep] [--gate-off]
+Each figure is taken in paired rounds (``--rounds``, 5 by default): xargs, then the fleet, then
+the next pair, each pair's ratio printed, and the median of the rounds given as the run's figure
+(with the lowest and the highest). One pair alone said more about the machine's moment than about
+the fleet: on this shared 2-core machine xargs' 0.1 s for 200 × `true` moves by half from one
+second to the next, and the fleet's CPU per attempt by a third (4.7-9.0 ms in one session's runs
+minutes apart, with the same code).
+
+    python bench/bench_attempts.py [--tasks 200] [--concurrency 4] [--rounds 5]
+                                   [--only true|sleep] [--gate-off]
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,37 +104,64 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=5, help="paired rounds (xargs, then the fleet) per figure")
     ap.add_argument("--only", choices=("true", "sleep"))
     ap.add_argument("--gate-off", action="store_true", help="lift the load gate (max_load_per_core)")
     args = ap.parse_args()
     n, p = args.tasks, args.concurrency
     config = "load gate lifted" if args.gate_off else "default config"
     load = os.getloadavg()[0]
-    print(f"tasks={n} concurrency={p} ({config}); load average {load:.1f} on {os.cpu_count()} cores")
+    print(
+        f"tasks={n} concurrency={p} rounds={args.rounds} ({config});"
+        f" load average {load:.1f} on {os.cpu_count()} cores"
+    )
     with tempfile.TemporaryDirectory() as d:  # every home and probe file, deleted at the end
         measure(args, n, p, Path(d))
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """The median of ``values``, then their lowest and highest: ``8.1 (7.2-9.0)``."""
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
 def measure(args: argparse.Namespace, n: int, p: int, scratch: Path) -> None:
     """Print every figure, each fleet's home and the probe's files made in ``scratch``."""
     cost = file_cost_us(scratch)
     print(f"a new file here costs {cost:.0f} us of CPU (an attempt makes about nine)")
+    rounds = max(1, args.rounds)
     if args.only in (None, "true"):
-        empty, empty_cpu = fleet("true", 0, p, args.gate_off, scratch)
-        (x, x_cpu), (f, f_cpu) = xargs("true", n, p), fleet("true", n, p, args.gate_off, scratch)
-        per, net = (f - x) / n * p * 1000, (f - empty - x) / n * p * 1000
-        print(f"{n} x true      : fleet {f:6.2f} s, xargs {x:5.2f} s: {f / x:5.1f}x xargs (goal <= 10x)")
-        print(f"                  overhead {per:5.1f} ms per attempt per slot (goal <= 15 ms);")
-        print(f"                  {net:5.1f} ms net of an empty run ({empty:.2f} s: start-up and shut-down)")
-        cpu = (f_cpu - empty_cpu - x_cpu) / n * 1000
-        print(f"                  CPU {cpu:5.1f} ms per attempt beyond xargs' (engine and shims; empty run")
-        print(f"                  {empty_cpu:.2f} s, xargs {x_cpu / n * 1000:.1f} ms per command)")
+        ratios, pers, nets, cpus, empties = [], [], [], [], []
+        for i in range(rounds):
+            empty, empty_cpu = fleet("true", 0, p, args.gate_off, scratch)
+            (x, x_cpu), (f, f_cpu) = xargs("true", n, p), fleet("true", n, p, args.gate_off, scratch)
+            ratios.append(f / x)
+            pers.append((f - x) / n * p * 1000)
+            nets.append((f - empty - x) / n * p * 1000)
+            cpus.append((f_cpu - empty_cpu - x_cpu) / n * 1000)
+            empties.append(empty)
+            print(
+                f"  round {i + 1}: {n} x true: fleet {f:5.2f} s, xargs {x:4.2f} s: {f / x:5.1f}x;"
+                f" {pers[-1]:5.1f} ms per attempt per slot ({nets[-1]:4.1f} net of an empty run of"
+                f" {empty:.2f} s); CPU {cpus[-1]:4.1f} ms per attempt beyond xargs' ({x_cpu / n * 1000:.1f})"
+            )
+        print(f"{n} x true      : {spread(ratios, '.1f')}x xargs, median of {rounds} rounds (goal <= 10x)")
+        print(f"                  overhead {spread(pers, '.1f')} ms per attempt per slot (goal <= 15 ms);")
+        print(f"                  {spread(nets, '.1f')} ms net of an empty run ({spread(empties, '.2f')} s)")
+        print(f"                  CPU {spread(cpus, '.1f')} ms per attempt beyond xargs' (engine and shims)")
     if args.only in (None, "sleep"):
-        (x, _), (f, _) = xargs("sleep 0.1", n, p), fleet("sleep 0.1", n, p, args.gate_off, scratch)
-        ratio = x / f
-        print(f"{n} x sleep 0.1 : fleet {f:6.2f} s, xargs {x:5.2f} s: ratio xargs/fleet {ratio:.2f}", end="")
-        print(" (goal >= 0.9)")
+        ratios = []
+        for i in range(rounds):
+            (x, _), (f, _) = xargs("sleep 0.1", n, p), fleet("sleep 0.1", n, p, args.gate_off, scratch)
+            ratios.append(x / f)
+            print(
+                f"  round {i + 1}: {n} x sleep 0.1: fleet {f:5.2f} s, xargs {x:5.2f} s:"
+                f" ratio xargs/fleet {x / f:.2f}"
+            )
+        print(
+            f"{n} x sleep 0.1 : ratio xargs/fleet {spread(ratios, '.2f')},"
+            f" median of {rounds} rounds (goal >= 0.9)"
+        )
 
 
 if __name__ == "__main__":
