@@ -473,7 +473,7 @@ def _check_tasks(
             rep.err(("defaults", key), "name cannot be a default: every task needs its own name")
         elif key not in TASK_KEYS:
             rep.err(("defaults", key), f"unknown key {key!r} in [defaults]{did_you_mean(key, TASK_KEYS)}")
-        elif _check_table_key(key, value, ("defaults", key), rep):
+        elif _check_table_key(key, value := _shorthand(key, value), ("defaults", key), rep):
             default_ok[key] = value
 
     raws: list[_Raw] = []
@@ -485,7 +485,7 @@ def _check_tasks(
             at: Path_ = ("task", idx, key)
             if key not in TASK_KEYS:
                 rep.err(at, f"unknown key {key!r}{did_you_mean(key, TASK_KEYS)}")
-            elif not _check_table_key(key, value, at, rep):
+            elif not _check_table_key(key, value := _shorthand(key, value), at, rep):
                 raw.broken.add(key)
                 raw.values.pop(key, None)
             else:
@@ -594,6 +594,20 @@ def _entries(value: Any) -> list[dict[str, Any]]:
     return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
 
 
+def _shorthand(key: str, value: Any) -> Any:
+    """``verify`` and ``artifact`` as people write them first: ``verify = "pytest -q"`` or a list
+    of commands (each a ``[[task.verify]] run = ...``), ``artifact = "report.md"`` or a list of
+    paths (each a ``[[task.artifact]] path = ...``); tables may sit in the same list. Anything
+    else is left as it is, for the check to name."""
+    if key not in ("verify", "artifact"):
+        return value
+    field = "run" if key == "verify" else "path"
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        return value
+    return [{field: e} if isinstance(e, str) else e for e in items]
+
+
 def _check_table_key(key: str, value: Any, at: Path_, rep: _Report) -> bool:
     """Check one task (or default) key, including verify/artifact entries. True when usable."""
     if key not in ("verify", "artifact"):
@@ -602,7 +616,8 @@ def _check_table_key(key: str, value: Any, at: Path_, rep: _Report) -> bool:
             rep.err(at, msg)
         return msg is None
     if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
-        rep.err(at, f"{key} must be written as [[task.{key}]] tables")
+        what = "a command" if key == "verify" else "a file's path"
+        rep.err(at, f"{key} must be {what}, a list of them, or [[task.{key}]] tables")
         return False
     n_errors = len(rep.errors)
     allowed = VERIFY_KEYS if key == "verify" else ARTIFACT_KEYS

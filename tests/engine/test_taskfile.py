@@ -671,3 +671,61 @@ def test_mcp_key_per_task_and_its_check(tmp_path: Path) -> None:
     bad = write(tmp_path, '[[task]]\nname = "x"\nprompt = "p"\nmcp = "none"\n', name="bad.toml")
     errors = load(bad)
     assert len(errors) == 1 and "bad.toml:4" in errors[0] and 'mcp must be "inherit"' in errors[0]
+
+
+def test_verify_and_artifact_shorthands(tmp_path: Path) -> None:
+    """``verify = "cmd"`` or a list of commands (tables may sit among them), and ``artifact`` as a
+    path or a list of paths: what people write first, read as the tables they stand for."""
+    path = write(
+        tmp_path,
+        """
+        [defaults]
+        verify = "make lint"
+        [[task]]
+        name = "a"
+        prompt = "x"
+        [[task]]
+        name = "b"
+        prompt = "x"
+        verify = ["pytest -q", { agent = "review it", model = "haiku" }]
+        artifact = ["report.md", { path = "notes.md", min_chars = 10 }]
+        [[task]]
+        name = "c"
+        prompt = "x"
+        artifact = "out.txt"
+    """,
+    )
+    res = load_taskfile(path, known_coders=CODERS)
+    assert res.ok, res.errors
+    a, b, c = res.specs
+    assert a.verify == (VerifySpec(kind="run", run="make lint"),)
+    assert b.verify == (
+        VerifySpec(kind="run", run="pytest -q"),
+        VerifySpec(kind="agent", agent="review it", model="haiku"),
+        VerifySpec(kind="artifact", path="report.md"),
+        VerifySpec(kind="artifact", path="notes.md", min_chars=10),
+    )
+    assert [v.kind for v in c.verify] == ["run", "artifact"]  # the default's, then its own
+    assert c.verify[1].path == "out.txt"
+
+
+def test_verify_shorthand_problems_name_the_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [[task]]
+        name = "a"
+        prompt = "x"
+        verify = 3
+        [[task]]
+        name = "b"
+        prompt = "x"
+        verify = ["", "true"]
+        artifact = [7]
+    """,
+    )
+    assert load(path) == [
+        f"{path}:4: verify must be a command, a list of them, or [[task.verify]] tables",
+        f"{path}:8: run must not be empty",
+        f"{path}:9: artifact must be a file's path, a list of them, or [[task.artifact]] tables",
+    ]
