@@ -580,3 +580,49 @@ def test_a_new_task_never_inherits_an_old_branch_of_the_same_name(fl: Fleet) -> 
     assert "fleet/keep already exists" in keep["reason"] and "git branch -D" in keep["reason"]
     assert fl.git(repo, "rev-parse", "fleet/keep") == keep_tip
     assert fl.git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_retry_of_a_merge_conflict_asks_the_agent_to_resolve_it_and_markers_never_merge(fl: Fleet) -> None:
+    """``retry`` on a task parked ``merge_conflict`` sends its agent a follow-up: merge the base into
+    your branch and resolve the files named. An agent that leaves the conflict unresolved (the
+    WIP commit keeps the markers) has not finished: its attempt fails with the files named and
+    the next attempt is told; and no merge ever brings a conflict block into the base, even for
+    a task a person approved."""
+    repo = fl.repo(fl.tmp / "repo", {"data.txt": "a\nb\nc\n"})
+    with (fl.home / "config.toml").open("a") as cfg:
+        cfg.write("max_retries = 1\n")
+    add(fl, "one", "change b", repo, "--command", "sed -i s/b/B1/ data.txt")
+    # the stand-in agent: its first attempt makes its change; later ones save the prompt they
+    # were given and run the merge they are asked for, without resolving anything
+    two = (
+        'if [ "$FLEET_ATTEMPT" = 1 ]; then sed -i s/b/B2/ data.txt; '
+        f'else cp "$FLEET_PROMPT_FILE" "{fl.tmp}/prompt-$FLEET_ATTEMPT.txt"; '
+        "git -c user.name=agent -c user.email=agent@example.com merge main; fi; exit 0"
+    )
+    add(fl, "two", "change b differently", repo, "--command", two)
+    fl.run_until_idle()
+    fl("merge", "one")
+    assert fl("merge", "two", check=False).returncode == 1
+    assert fl.tasks()["two"]["reason"] == "merge_conflict: data.txt"
+
+    out = fl("retry", "two").stdout
+    assert "two: back to its agent, asked to merge main into fleet/two and resolve data.txt" in out
+    fl.run_until_idle(log="run2.log")
+    prompt = (fl.tmp / "prompt-2.txt").read_text()
+    assert "Your branch fleet/two could not be merged into main: both changed data.txt." in prompt
+    assert "run `git merge main` in your working directory" in prompt
+    st = fl.tasks()["two"]
+    assert st["status"] == "needs_human" and st["reason"] == "retries_exhausted"
+    assert "conflict markers (<<<<<<< ======= >>>>>>>) left in data.txt" in (fl.tmp / "run2.log").read_text()
+    prompt3 = (fl.tmp / "prompt-3.txt").read_text()
+    assert "conflict markers (<<<<<<< ======= >>>>>>>) left in data.txt" in prompt3
+
+    # a person approves it anyway: the merge still refuses to bring the markers into main
+    main_before = fl.git(repo, "rev-parse", "main")
+    fl("approve", "two")
+    refused = fl("merge", "two", check=False)
+    assert refused.returncode == 1
+    assert "adds conflict markers (<<<<<<< ======= >>>>>>>) in data.txt" in refused.stderr
+    assert "not merging them into main" in refused.stderr
+    assert fl.git(repo, "rev-parse", "main") == main_before
+    assert "<<<<<<<" not in (repo / "data.txt").read_text()

@@ -298,6 +298,32 @@ def test_diff_and_diffstat(repo: Path, root: Path) -> None:
     assert "live edit" not in wt.diff(info)
 
 
+def test_conflict_blocks_are_the_whole_blocks_the_branch_adds(repo: Path, root: Path) -> None:
+    """A branch that commits a stopped merge (markers and all) adds conflict blocks; a block
+    the base already held, a lone marker-like line, and a clean resolution add none."""
+    block = "<<<<<<< HEAD\nB2\n=======\nB1\n>>>>>>> main\n"
+    (repo / "doc.md").write_text("how a conflict looks:\n" + block)
+    git(repo, "add", "doc.md")
+    git(repo, "commit", "-q", "-m", "a document that shows a conflict block")
+    info = wt.create_worktree(repo, root, "t1", "main")
+    assert wt.conflict_blocks(info) == []
+    edit_and_commit(info, "doc.md", "how a conflict looks:\n" + block + "and more prose\n")
+    edit_and_commit(info, "a.txt", "a\n=======\n<<<<<<< only one marker\n")
+    assert wt.conflict_blocks(info) == []
+    # main moves on; the task's branch merges it, stops on the conflict, and the stop is committed
+    (repo / "b.txt").write_text("B1\n")
+    git(repo, "commit", "-q", "-am", "b on main")
+    (info.path / "b.txt").write_text("B2\n")
+    wt.wip_commit(info.path, "b on the branch")
+    subprocess.run(["git", "-C", str(info.path), "merge", "-q", "main"], capture_output=True, check=False)
+    assert "<<<<<<<" in (info.path / "b.txt").read_text()
+    wt.wip_commit(info.path, "WIP: the merge as it stood")
+    assert wt.conflict_blocks(info) == ["b.txt"]
+    (info.path / "b.txt").write_text("B1 and B2\n")
+    wt.wip_commit(info.path, "resolved")
+    assert wt.conflict_blocks(info) == []
+
+
 def test_remove_worktree_only_when_clean(repo: Path, root: Path) -> None:
     info = wt.create_worktree(repo, root, "t1", "main")
     (info.path / "untracked.txt").write_text("keep me\n")

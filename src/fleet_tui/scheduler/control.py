@@ -218,10 +218,33 @@ class Controller:
                     + (f" ({d.reason})" if d.reason else "")
                     + f"; retry {d.name} first (its dependents come back with it)",
                 )
+        why = lc.Reason.of(task)
+        if (
+            task.status == TaskStatus.NEEDS_HUMAN
+            and why is not None
+            and why.code == lc.ReasonCode.MERGE_CONFLICT
+        ):
+            return await self._resolve_conflict(task, why.detail or "")
         res = await self._on_running(task, "retry")
         if res is not None:
             return res
         return await self.command(task, lc.retry())
+
+    async def _resolve_conflict(self, task: Task, files: str) -> CommandResult:
+        """A retry of a task whose merge stopped on a conflict: its agent goes on with its own
+        conversation, asked to merge the base into its branch and resolve the conflict (running
+        it again as it was would only make the same change, and the same conflict, again)."""
+        from fleet_tui.scheduler.humans import followup
+
+        base, branch = task.spec.git_ref or "the base branch", task.branch or f"fleet/{task.name}"
+        res = await followup.send(self, task.id, followup.merge_conflict_turn(base, branch, files))
+        if not res.ok:
+            return res
+        return CommandResult(
+            True,
+            f"{task.name}: back to its agent, asked to merge {base} into {branch} and resolve {files}",
+            res.task,
+        )
 
     async def pause(self, ref: str | None) -> CommandResult:
         if ref is None:

@@ -112,6 +112,18 @@ class Merger:
                 wt.wip_commit(info.path, f"fleet-tui: work of {task.name}")
         except wt.WorktreeError as e:
             return CommandResult(False, f"{task.name}: cannot commit the worktree's leftovers: {e}", task)
+        try:
+            blocks = wt.conflict_blocks(info)
+        except wt.WorktreeError as e:
+            return CommandResult(False, f"{task.name}: cannot look for conflict markers: {e}", task)
+        if blocks:  # an approved task, say, whose agent left a merge unresolved
+            return CommandResult(
+                False,
+                f"{task.name}: its branch adds conflict markers (<<<<<<< ======= >>>>>>>) in "
+                f"{', '.join(blocks)}: not merging them into {info.base_ref}; resolve them on "
+                f"{info.branch} first",
+                task,
+            )
         res = merge_branch(info, message=f"Merge {info.branch} (fleet-tui task {task.name})")
         if not res.ok:
             if res.conflicts:

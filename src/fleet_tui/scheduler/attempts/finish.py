@@ -25,8 +25,10 @@ import anyio
 
 from fleet_tui.config import Config
 from fleet_tui.scheduler import lifecycle as lc
+from fleet_tui.scheduler.attempts.launch import load_worktree
 from fleet_tui.scheduler.attempts.ratelimits import RateLimitBook
 from fleet_tui.scheduler.attempts.running import Running
+from fleet_tui.scheduler.git import worktree as wt
 from fleet_tui.scheduler.lifecycle import AttemptOutcome, Lifecycle, StopReason
 from fleet_tui.scheduler.merger import Merger, commit_leftovers
 from fleet_tui.scheduler.model import Event, Task
@@ -100,6 +102,7 @@ class Reaper:
             return  # the claim was lost: someone else owns it now
         task = fresh
         self._leftovers(r, task, res)
+        res = self._conflicts_left(task, res)
         v = self.decide(r, task, res, now)
         att: dict[str, Any] = {
             "ended_at": now,
@@ -138,6 +141,32 @@ class Reaper:
                 self._notice(f"{task.name}: WIP commit failed: {e}")
         if res.exit_reason == "crashed":  # the shim died: what it hosted must die before a retry
             reap_attempt(r.dir, DYING_S)
+
+    def _conflicts_left(self, task: Task, res: AttemptResult) -> AttemptResult:
+        """An agent that says it finished, on a branch that adds whole git conflict blocks (a merge
+        of its base it was asked to make, a stash or rebase stopped on a conflict; the WIP commit
+        keeps the files as they are, markers and all), did not finish: its run counts as failed,
+        and the next attempt is told which files to resolve. Never merged into the base as it is."""
+        if not task.worktree or res.stop_reason is not None or res.exit_code != 0:
+            return res
+        if res.outcome.kind != "success":
+            return res
+        info = load_worktree(self.home, task.id)
+        if info is None:
+            return res
+        try:
+            files = wt.conflict_blocks(info)
+        except wt.WorktreeError as e:
+            self._notice(f"{task.name}: could not look for conflict markers: {e}")
+            return res
+        if not files:
+            return res
+        detail = (
+            f"unresolved merge conflicts: conflict markers (<<<<<<< ======= >>>>>>>) left in "
+            f"{', '.join(files)}; resolve them, keep what both sides meant, and commit"
+        )
+        failed = replace(res.outcome, kind="failure", detail=detail, claimed_success=False)
+        return replace(res, outcome=failed)
 
     def decide(self, r: Running, task: Task, res: AttemptResult, now: float) -> Verdict:
         """The verdict on the agent's run (before any verification)."""

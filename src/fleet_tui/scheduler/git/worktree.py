@@ -458,6 +458,29 @@ def _diff(info: WorktreeInfo, stat: bool, include_worktree: bool) -> str:
     return _git(info.repo_root, *opts, _diff_base(info), info.branch)[1]
 
 
+def conflict_blocks(info: WorktreeInfo) -> list[str]:
+    """The files where the task's branch adds a whole git conflict block (a ``<<<<<<<`` line, then
+    ``=======``, then ``>>>>>>>``) against its base: a merge, rebase or stash that stopped on a
+    conflict and was committed as it stood (by the agent, or by the WIP commit that keeps its
+    work). Merged as it is, the block would land in the base. Only lines the branch adds count:
+    a file that already held such a block in the base is not the branch's doing."""
+    out = _git(info.repo_root, "diff", "--no-color", "--no-ext-diff", "-U0", _diff_base(info), info.branch)[1]
+    found: list[str] = []
+    path, stage = None, 0  # stage: 0 before a block, 1 after its <<<<<<<, 2 after its =======
+    for line in out.splitlines():
+        if line.startswith("+++ "):
+            path, stage = (line[6:] if line.startswith("+++ b/") else None), 0
+        elif path is None or path in found or not line.startswith("+"):
+            continue
+        elif line.startswith("+<<<<<<<"):
+            stage = 1
+        elif line.startswith("+=======") and stage == 1:
+            stage = 2
+        elif line.startswith("+>>>>>>>") and stage == 2:
+            found.append(path)
+    return found
+
+
 def diffstat(info: WorktreeInfo, *, include_worktree: bool = False) -> str:
     """``git diff --stat`` of the branch against its base (see ``diff``)."""
     return _diff(info, True, include_worktree).strip()

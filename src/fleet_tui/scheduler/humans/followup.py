@@ -130,6 +130,17 @@ def turn_text(
     return body + "\n\nFix this in the same working directory, then finish the task.\n"
 
 
+def merge_conflict_turn(base: str, branch: str, files: str) -> str:
+    """What a retry of a task parked on a merge conflict asks its agent (``Commands.retry``)."""
+    return (
+        f"Your branch {branch} could not be merged into {base}: both changed {files}. Bring your "
+        f"branch up to date: run `git merge {base}` in your working directory, resolve every "
+        "conflict so that what both sides meant is kept, check that the work still holds (run the "
+        "project's tests if it has any), and commit the merge. This merge of "
+        f"{base} into your branch is the one merge asked of you: do not push, rebase or switch branches."
+    )
+
+
 def plan(
     store: Store,
     task: Task,
