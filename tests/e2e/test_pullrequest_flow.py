@@ -252,3 +252,31 @@ def test_failures_park_with_a_clear_reason(w: World) -> None:
     assert "pull request #" in w("merge", "rate-limited").stdout
     assert w.tasks()["rate-limited"]["status"] == "done"
     assert TOKEN not in "".join(p.read_text(errors="replace") for p in w.home.rglob("*") if p.is_file())
+
+
+def test_a_branch_with_conflict_markers_is_never_pushed(w: World) -> None:
+    """An agent that leaves a conflict block fails its attempts; approved by a person anyway, its
+    branch is still not pushed: merged on GitHub, the markers would reach the base."""
+    repo = w.repo()
+    f = w.tmp / "marked.toml"
+    block = r"<<<<<<< HEAD\nmine\n=======\ntheirs\n>>>>>>> main\n"  # the sim turns \n into newlines
+    f.write_text(
+        f'[[task]]\nname = "marked"\ncwd = "{repo}"\ngit_ref = "main"\nmerge = "pr"\ncoder = "sim"\n'
+        f"max_retries = 0\nprompt = '''Fix it\n@sim write=fix.txt text=\"{block}\"\n'''\n"
+    )
+    w("load", str(f))
+    w.run_idle()
+    t = w.tasks()["marked"]
+    assert t["status"] == "needs_human" and t["reason"] == "retries_exhausted"
+    w("approve", "marked")
+    refused = w("merge", "marked", check=False)
+    assert refused.returncode == 1
+    assert (
+        "push_rejected: its branch adds conflict markers (<<<<<<< ======= >>>>>>>) in fix.txt"
+        in refused.stderr
+    )
+    t = w.tasks()["marked"]
+    assert t["status"] == "needs_human" and t["reason"].startswith("push_rejected: its branch adds conflict")
+    assert w.gh.calls_to("POST", f"/repos/{REPO}/pulls") == []
+    bare = repo.parent / "remotes-repo" / "acme" / "widgets.git"
+    assert w.git(bare, "branch", "--list", "fleet/marked") == ""

@@ -200,6 +200,11 @@ def publish(life: lc.Lifecycle, task: Task, info: wt.WorktreeInfo, gh: GitHub | 
     try:
         if info.path.exists():
             wt.wip_commit(info.path, f"fleet-tui: work of {task.name}")
+        if blocks := wt.conflict_blocks(info):  # merged on GitHub, they would reach the base
+            raise GitHubError(
+                f"push_rejected: its branch adds conflict markers (<<<<<<< ======= >>>>>>>) in "
+                f"{', '.join(blocks)}: not pushing them; resolve them on {info.branch} first"
+            )
         remote, url = remote_for(info.repo_root, info.base_ref)
         repo = link.get("repo") or repo_slug(url)
         if not repo:
