@@ -19,6 +19,7 @@ from fleet_tui.app.app import FleetApp
 from fleet_tui.app.scrollbars import SteadyScrollBar
 from fleet_tui.app.stream import FILL_LIMIT, MAX_LINES, UNDRAWN
 from fleet_tui.scheduler.model import (
+    FREE_TEXT,
     AgentEvent,
     Event,
     GaugesChanged,
@@ -101,9 +102,9 @@ async def test_answer_escape_cancels_and_empty_is_not_sent() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("a")
         await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.id == "answer-input")
-        await pilot.press("down", "x", "enter")  # typing drops the choice: free text "x" is sent
+        await pilot.press("down", "2", "enter")  # typing drops the choice; a number picks that one
         await wait_for(pilot, lambda: engine.calls, "answer")
-        assert engine.calls == [("answer", ("q-0001", "x"))]
+        assert engine.calls == [("answer", ("q-0001", "Apache-2.0"))]
         engine.calls.clear()
         await pilot.press("a")
         await wait_for(pilot, lambda: app.inbox.answering is not None)
@@ -114,6 +115,44 @@ async def test_answer_escape_cancels_and_empty_is_not_sent() -> None:
         await pilot.pause()
         assert app.inbox.answering is None
         assert engine.calls == []
+
+
+async def test_an_answer_outside_the_choices_is_refused_in_place() -> None:
+    """A question whose options are the only answers: what is not one of them is said at once,
+    and the form stays open with the text to mend (it closed, and the typing was lost, when
+    only the engine refused it). A question whose options are suggestions takes free text."""
+    engine = sc.with_question()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.id == "answer-input")
+        hint = app.query_one("#answer-input", Input).placeholder
+        assert "type its number" in hint and "type an answer" not in hint
+        await type_text(pilot, "apache")
+        await pilot.press("enter")
+        await wait_for(
+            pilot, lambda: any("is not one of the options" in n.message for n in app._notifications)
+        )
+        assert engine.calls == []
+        assert app.inbox.answering is not None
+        assert app.query_one("#answer-input", Input).value == "apache"
+        await pilot.press("-", "2", ".", "0", "enter")  # "apache-2.0": any case is the option
+        await wait_for(pilot, lambda: engine.calls, "answer")
+        assert engine.calls == [("answer", ("q-0001", "Apache-2.0"))]
+
+    free = replace(sc.QUESTION, options=(*sc.QUESTION.options, FREE_TEXT))
+    engine = sc.with_question()
+    snap = engine.snapshot()
+    engine.set_snapshot(replace(snap, questions=(free,)))
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.id == "answer-input")
+        assert "type an answer" in app.query_one("#answer-input", Input).placeholder
+        await type_text(pilot, "BSD-3, like the rest")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: engine.calls, "answer")
+        assert engine.calls == [("answer", ("q-0001", "BSD-3, like the rest"))]
 
 
 async def test_answer_without_questions_says_so() -> None:

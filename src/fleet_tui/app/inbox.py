@@ -20,6 +20,7 @@ from textual.widgets.option_list import Option
 
 from fleet_tui.app.format import inert, question_line, truncate
 from fleet_tui.app.queue import focus_now
+from fleet_tui.scheduler.humans.inbox import check_answer
 from fleet_tui.scheduler.model import Question
 
 
@@ -124,11 +125,12 @@ class Inbox(Vertical):
         options.highlighted = None
         inp = self.query_one("#answer-input", Input)
         inp.value = ""
-        inp.placeholder = (
-            "type an answer, or up/down to pick a choice; Enter sends, Esc cancels"
-            if picks
-            else "type an answer; Enter sends, Esc cancels"
-        )
+        if not picks:
+            inp.placeholder = "type an answer; Enter sends, Esc cancels"
+        elif question.free_text:  # the choices are suggestions
+            inp.placeholder = "type an answer, or up/down to pick a choice; Enter sends, Esc cancels"
+        else:  # one of the choices and nothing else: typing anything more is refused
+            inp.placeholder = "up/down to pick a choice, or type its number; Enter sends, Esc cancels"
         # focus stays in the text field, so fast typing never lands on a cockpit key
         focus_now(inp)
 
@@ -162,7 +164,11 @@ class Inbox(Vertical):
         if not text.strip():
             self.notify("An empty answer is not sent.", severity="warning")
             return
-        self.post_message(self.Answer(self.answering.id, text.strip()))
+        answer, why = check_answer(self.answering, text.strip())
+        if answer is None:  # not one of the choices: said here, the answer left to mend
+            self.notify(f"{why}: pick one with up/down, or type it or its number", severity="warning")
+            return
+        self.post_message(self.Answer(self.answering.id, answer))
         self.close_answer()
         self.post_message(self.Done())
 
