@@ -463,8 +463,13 @@ def conflict_blocks(info: WorktreeInfo) -> list[str]:
     ``=======``, then ``>>>>>>>``) against its base: a merge, rebase or stash that stopped on a
     conflict and was committed as it stood (by the agent, or by the WIP commit that keeps its
     work). Merged as it is, the block would land in the base. Only lines the branch adds count:
-    a file that already held such a block in the base is not the branch's doing."""
-    out = _git(info.repo_root, "diff", "--no-color", "--no-ext-diff", "-U0", _diff_base(info), info.branch)[1]
+    a file that already held such a block in the base is not the branch's doing. Empty when git
+    cannot compare them (no such branch, an empty repository): what the caller does next (a
+    merge, a push) meets that and says it in its own words."""
+    diff = ("diff", "--no-color", "--no-ext-diff", "-U0", _diff_base(info), info.branch)
+    status, out, _ = _git(info.repo_root, *diff, check=False)
+    if status != 0:
+        return []
     found: list[str] = []
     path, stage = None, 0  # stage: 0 before a block, 1 after its <<<<<<<, 2 after its =======
     for line in out.splitlines():
