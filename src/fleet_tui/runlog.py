@@ -54,10 +54,28 @@ class RunPrinter:
         #: the output went away (``feed``): nothing more is printed
         self.gone = False
 
+    #: queued tasks whose waiting reason is printed at the start, at most (then a count)
+    PRIMED_WAITS = 10
+
     def prime(self, tasks: Sequence[Task]) -> None:
-        """Remember the state before the run, so only changes are printed."""
+        """Remember the state before the run, so only changes are printed; and say what already
+        waits, and why (at most ``PRIMED_WAITS`` of them): a run on a queue that cannot start
+        (a full disk, a gate, a dependency) used to print nothing at all until it was stopped."""
+        waits = []
         for t in tasks:
             self.seen[t.id] = (t.status.value, t.reason, t.attempt)
+            self.names[t.id] = t.name
+            if t.status == TaskStatus.QUEUED and t.waiting:
+                self.waiting[t.id] = t.waiting
+                waits.append(t)
+        for t in waits[: self.PRIMED_WAITS]:
+            self._waits(t)
+        if len(waits) > self.PRIMED_WAITS:
+            more = len(waits) - self.PRIMED_WAITS
+            self._emit("notice", f"notice: {more} more task(s) wait (`fleet-tui plan` says why for each)")
+        if self._unflushed:
+            self._unflushed = False
+            self.out.flush()
             self.waiting[t.id] = t.waiting
             self.names[t.id] = t.name
 
@@ -121,10 +139,14 @@ class RunPrinter:
             why = f": {_clean(t.reason)}" if t.reason else ""
             self._emit("state", f"{t.name}: {arrow}{extra}{why}", reason=t.reason, **fields)
         if t.status == TaskStatus.QUEUED and t.waiting != self.waiting.get(t.id) and t.waiting:
-            why = _clean(t.waiting)
-            text = f"{t.name}: {why}" if why.startswith(("waits", "after ")) else f"{t.name}: waits: {why}"
-            self._emit("waiting", text, waiting=t.waiting, **fields)
+            self._waits(t)
         self.waiting[t.id] = t.waiting if t.status == TaskStatus.QUEUED else None
+
+    def _waits(self, t: Task) -> None:
+        why = _clean(t.waiting)
+        text = f"{t.name}: {why}" if why.startswith(("waits", "after ")) else f"{t.name}: waits: {why}"
+        fields = {"task": t.name, "task_id": t.id, "status": t.status.value, "attempt": t.attempt}
+        self._emit("waiting", text, waiting=t.waiting, **fields)
 
 
 def needs_person(tasks: Sequence[Task], report: Sequence[tuple[str, str]], fleet_paused: bool) -> list[str]:
@@ -149,7 +171,11 @@ def needs_person(tasks: Sequence[Task], report: Sequence[tuple[str, str]], fleet
 
 
 def idle_summary(
-    tasks: Sequence[Task], report: Sequence[tuple[str, str]], fleet_paused: bool, left_time_waits: bool
+    tasks: Sequence[Task],
+    report: Sequence[tuple[str, str]],
+    fleet_paused: bool,
+    left_time_waits: bool,
+    held_by_gate: float | None = None,
 ) -> tuple[list[str], int]:
     """The closing lines of ``run --until-idle`` and its exit code."""
     finished = sum(1 for t in tasks if t.status in _FINISHED)
@@ -173,6 +199,12 @@ def idle_summary(
         lines.append(f"idle; everything finished ({finished} task(s) done or cancelled)")
     if person:
         return lines, EXIT_NEEDS_PERSON
+    if held_by_gate is not None:
+        lines.append(
+            f"stopped waiting (--max-wait): a gate above held every task for more than {held_by_gate:g} s"
+            " with nothing running; it clears when there is room again"
+        )
+        return lines, EXIT_STILL_WAITING
     if left_time_waits:
         lines.append("stopped waiting (--max-wait): the waits above end by themselves")
         return lines, EXIT_STILL_WAITING
@@ -240,6 +272,7 @@ def run_headless(
         engine.idle_report,
         store.get_setting("fleet_paused") == "1",
         engine.left_time_waits,
+        engine.max_wait if engine.left_gate_wait else None,
     )
     for line in lines:
         print(line)

@@ -449,6 +449,28 @@ def test_headless_run_prints_each_change_and_says_what_it_did(tmp_path: Path) ->
     assert "1 agent(s) stopped and their tasks requeued" in log.read_text()
 
 
+def test_a_run_held_by_a_gate_says_why_and_max_wait_bounds_it(tmp_path: Path) -> None:
+    """A queue held by a headroom gate (here the disk's floor, set far above the free space: what
+    a full disk does) with nothing running: `run` prints why each task waits (it printed nothing
+    until stopped), a later run says it again at its start, and `--until-idle --max-wait S` gives
+    up after S seconds with exit 4 (it waited until a CI job's own timeout killed it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        "max_load_per_core = 1000.0\nmem_floor_gib = 0.1\ndisk_floor_gib = 1e9\n"
+    )
+    add(home, "held", "@sim steps=1")
+    p = run_idle(home, "--max-wait", "1")
+    assert p.returncode == 4, p.stdout + p.stderr
+    assert "held: waits: disk: " in p.stdout and "GiB floor" in p.stdout, p.stdout
+    assert "stopped waiting (--max-wait): a gate above held every task for more than 1 s" in p.stdout
+    assert by_name(home)["held"]["status"] == "queued"
+    again = run_idle(home, "--max-wait", "1", "--json")
+    assert again.returncode == 4
+    first = json.loads(again.stdout.splitlines()[0])
+    assert (first["kind"], first["task"]) == ("waiting", "held") and first["waiting"].startswith("disk: ")
+
+
 def test_an_idle_run_beside_a_busy_engine_says_what_still_runs_there(tmp_path: Path) -> None:
     """A second `run --until-idle` on the same store, with nothing of its own to do while the first
     engine's agent works: it ended on "idle; everything finished", which was not true."""

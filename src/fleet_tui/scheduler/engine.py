@@ -179,6 +179,10 @@ class Engine(Controller):
         self.max_wait: float | None = None
         #: set when an until-idle run ended with a longer time-based wait left (see max_wait)
         self.left_time_waits = False
+        #: set when it ended because a headroom gate held the whole queue longer than max_wait
+        self.left_gate_wait = False
+        #: since when (monotonic) a headroom gate holds the whole queue with nothing running here
+        self._held_since: float | None = None
         #: the shims' fork server: given when it was started before the engine was made (cli.py)
         self.shim_pool: ShimPool | None = shim_pool
         #: settings given on the command line win over config.toml, also after a hot reload
@@ -396,6 +400,8 @@ class Engine(Controller):
         while not self._stopping:
             self._wake = anyio.Event()
             started = await self._admit()
+            if started or self.runners or self._starting:
+                self._held_since = None
             if (
                 until_idle
                 and not self.runners
@@ -450,6 +456,15 @@ class Engine(Controller):
         decisions = await self.plan()
         self.idle_report = [(t.name, d.reason or "ready") for t, d in decisions]
         idle, left = settled(decisions, self.clock(), self.max_wait)
+        if not idle and self.max_wait is not None and not any(d.ok for _, d in decisions):
+            # held by a gate that has no end time (memory, disk, load): ``--max-wait`` bounds
+            # that wait too, counted from when it began with nothing running here (a CI job on a
+            # full disk waited until its own timeout killed it)
+            now = time.monotonic()
+            if self._held_since is None:
+                self._held_since = now
+            elif now - self._held_since > self.max_wait:
+                idle = left = self.left_gate_wait = True
         if left:
             self.left_time_waits = True
         if not idle:
@@ -486,6 +501,9 @@ class Engine(Controller):
         if changed:
             await anyio.to_thread.run_sync(self.store.set_waiting, changed)
             self.planner.recorded(changed)
+            # the snapshot shows them, and `run` prints them: a queue held by a gate, with
+            # nothing else moving, changed only here (a run on a full disk printed nothing)
+            self.generation += 1
 
     async def _admit(self) -> bool:
         if self._stopping:

@@ -1,0 +1,38 @@
+"""What a headless `run` prints (runlog.RunPrinter): the state before the run, and changes only."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from fleet_tui.runlog import RunPrinter
+from fleet_tui.scheduler.model import Task, TaskChanged, TaskSpec
+from fleet_tui.scheduler.states import TaskStatus
+
+
+def task(n: int, waiting: str | None, status: TaskStatus = TaskStatus.QUEUED) -> Task:
+    return Task(
+        id=f"t-{n:04d}",
+        spec=TaskSpec(name=f"t{n}", prompt="x"),
+        status=status,
+        created_at=0.0,
+        waiting=waiting,
+    )
+
+
+def test_prime_says_what_already_waits_at_most_ten_then_a_count() -> None:
+    out = io.StringIO()
+    printer = RunPrinter(out, as_json=True)
+    disk = "disk: 0.0 GiB free < 1.0 GiB floor"
+    printer.prime([task(n, disk) for n in range(12)] + [task(99, None), task(98, "x", TaskStatus.DONE)])
+    lines = [json.loads(ln) for ln in out.getvalue().splitlines()]
+    assert [(d["kind"], d.get("task")) for d in lines] == [("waiting", f"t{n}") for n in range(10)] + [
+        ("notice", None)
+    ]
+    assert lines[0]["text"] == f"t0: waits: {disk}"
+    assert lines[-1]["text"] == "notice: 2 more task(s) wait (`fleet-tui plan` says why for each)"
+    # the same reason again is no change; a new one is
+    out.truncate(0)
+    out.seek(0)
+    printer.feed([TaskChanged(task(0, disk)), TaskChanged(task(1, "after t0"))])
+    assert [json.loads(ln)["text"] for ln in out.getvalue().splitlines()] == ["t1: after t0"]
