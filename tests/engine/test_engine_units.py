@@ -105,3 +105,23 @@ def test_schema_version_newer_than_known_is_refused(tmp_path: Path) -> None:
         db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
     with pytest.raises(StoreError, match="upgrade fleet-tui"):
         SqliteStore(str(tmp_path / "fleet.db"))
+
+
+def test_a_full_disk_is_named_with_its_fix_and_loses_nothing(tmp_path: Path) -> None:
+    """SQLite's "database or disk is full" (here: the file may not grow) becomes one message that
+    names the file and the fix, right for a command and for an engine that waits for room alike;
+    the write rolled back whole and what was recorded stays."""
+    from fleet_tui.scheduler.model import TaskSpec
+
+    path = tmp_path / "fleet.db"
+    with closing(SqliteStore(str(path))) as store:
+        store.add_tasks([TaskSpec(name="kept", prompt="x")], 1.0)
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(StoreError) as err:
+            store.add_tasks([TaskSpec(name=f"t{i}", prompt="x" * 5000) for i in range(50)], 2.0)
+        assert str(err.value) == (
+            f"disk full while writing {path}: free some space on that disk (the write rolled back; "
+            "nothing already recorded was lost)"
+        )
+        assert [t.spec.name for t in store.list_tasks()] == ["kept"]

@@ -151,8 +151,8 @@ def _explain(e: sqlite3.Error, path: str) -> StoreError:
     msg = str(e)
     if _DISK_FULL in msg:
         return StoreError(
-            f"disk full while writing {path}: free some space on that disk and run the command again "
-            "(the store rolled back; nothing already recorded was lost)"
+            f"disk full while writing {path}: free some space on that disk (the write rolled back; "
+            "nothing already recorded was lost)"
         )
     if "locked" in msg or "busy" in msg:
         return StoreError(
