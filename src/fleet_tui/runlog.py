@@ -43,6 +43,9 @@ def _clean(text: str | None) -> str:
 class RunPrinter:
     """Turns engine event batches into one line per change (text or JSON)."""
 
+    #: queued tasks whose waiting reason is printed at the start, at most (then a count)
+    PRIMED_WAITS = 10
+
     def __init__(self, out: TextIO | None = None, as_json: bool = False) -> None:
         self.out = out or sys.stdout
         self.as_json = as_json
@@ -53,9 +56,6 @@ class RunPrinter:
         self._unflushed = False
         #: the output went away (``feed``): nothing more is printed
         self.gone = False
-
-    #: queued tasks whose waiting reason is printed at the start, at most (then a count)
-    PRIMED_WAITS = 10
 
     def prime(self, tasks: Sequence[Task]) -> None:
         """Remember the state before the run, so only changes are printed; and say what already
@@ -76,8 +76,6 @@ class RunPrinter:
         if self._unflushed:
             self._unflushed = False
             self.out.flush()
-            self.waiting[t.id] = t.waiting
-            self.names[t.id] = t.name
 
     def _emit(self, kind: str, text: str, **fields: Any) -> None:
         now = time.time()
