@@ -238,7 +238,7 @@ def cmd_run(ctx: Ctx) -> int:
         engine.max_wait = a.max_wait
     from fleet_tui.runlog import RunPrinter, run_headless
 
-    printer = RunPrinter(as_json=a.json) if not a.quiet else None
+    printer = RunPrinter(as_json=a.json, host=engine.host) if not a.quiet else None
     if printer is not None:
         printer.prime(ctx.store.list_tasks())
     try:

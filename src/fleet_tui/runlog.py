@@ -46,9 +46,12 @@ class RunPrinter:
     #: queued tasks whose waiting reason is printed at the start, at most (then a count)
     PRIMED_WAITS = 10
 
-    def __init__(self, out: TextIO | None = None, as_json: bool = False) -> None:
+    def __init__(self, out: TextIO | None = None, as_json: bool = False, host: str | None = None) -> None:
         self.out = out or sys.stdout
         self.as_json = as_json
+        #: this engine's host: a task that runs on another one (a store shared between machines)
+        #: is named with its host, ``p1 (beta): running -> done``
+        self.host = host
         self.seen: dict[str, tuple[str, str | None, int]] = {}
         self.waiting: dict[str, str | None] = {}
         self.questions: set[str] = set()
@@ -135,7 +138,8 @@ class RunPrinter:
             arrow = f"{was} -> {t.status.value}" if was != t.status.value else t.status.value
             extra = f" (attempt {t.attempt})" if t.status == TaskStatus.RUNNING else ""
             why = f": {_clean(t.reason)}" if t.reason else ""
-            self._emit("state", f"{t.name}: {arrow}{extra}{why}", reason=t.reason, **fields)
+            name = t.name if not t.host or t.host == self.host else f"{t.name} ({_clean(t.host)})"
+            self._emit("state", f"{name}: {arrow}{extra}{why}", reason=t.reason, host=t.host, **fields)
         if t.status == TaskStatus.QUEUED and t.waiting != self.waiting.get(t.id) and t.waiting:
             self._waits(t)
         self.waiting[t.id] = t.waiting if t.status == TaskStatus.QUEUED else None

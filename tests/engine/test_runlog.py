@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 from fleet_tui.runlog import RunPrinter
 from fleet_tui.scheduler.model import Task, TaskChanged, TaskSpec
@@ -36,3 +37,21 @@ def test_prime_says_what_already_waits_at_most_ten_then_a_count() -> None:
     out.seek(0)
     printer.feed([TaskChanged(task(0, disk)), TaskChanged(task(1, "after t0"))])
     assert [json.loads(ln)["text"] for ln in out.getvalue().splitlines()] == ["t1: after t0"]
+
+
+def test_a_task_of_another_host_is_named_with_it() -> None:
+    """A store shared between machines: each engine's log says where a task it did not run ran."""
+    out = io.StringIO()
+    printer = RunPrinter(out, host="alpha")
+    printer.prime([task(1, None), task(2, None)])
+    here = replace(task(1, None, TaskStatus.RUNNING), host="alpha", attempt=1)
+    there = replace(task(2, None, TaskStatus.RUNNING), host="beta", attempt=1)
+    printer.feed([TaskChanged(here), TaskChanged(there)])
+    assert [ln.split(" ", 1)[1] for ln in out.getvalue().splitlines()] == [
+        "t1: queued -> running (attempt 1)",
+        "t2 (beta): queued -> running (attempt 1)",
+    ]
+    out = io.StringIO()
+    printer = RunPrinter(out, as_json=True, host="alpha")
+    printer.feed([TaskChanged(there)])
+    assert json.loads(out.getvalue())["host"] == "beta"
