@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -199,9 +200,21 @@ def fresh_waiting(
     for t in tasks:
         d = decisions.get(t.id)
         if d is not None:
-            t = dataclasses.replace(t, waiting="ready: starts when an engine runs" if d.ok else d.reason)
+            t = dataclasses.replace(t, waiting=_without_engine(d.ok, d.reason))
         out.append(t)
     return out
+
+
+def _without_engine(ok: bool, reason: str | None) -> str | None:
+    """A waiting reason computed with no engine running, in words true of that: nothing is running
+    or starting, so a task behind the cap waits for the ones ahead of it once an engine starts
+    them (the planner's "slots full: 0/4 running + 4 starting before it" said otherwise)."""
+    if ok:
+        return "ready: starts when an engine runs"
+    m = re.fullmatch(r"slots full: 0/(\d+) running \+ \d+ starting before it", reason or "")
+    if m:
+        return f"ready: starts when an engine runs and a slot is free ({m[1]} at a time)"
+    return reason
 
 
 def print_gauges(store: Any, cfg: Any, home: Path, *, as_json: bool) -> int:

@@ -538,6 +538,17 @@ def test_without_an_engine_status_says_so_and_computes_waiting(tmp_path: Path) -
     assert "its figures are that old" in hosts and "none now" in hosts, hosts
 
 
+def test_without_an_engine_a_task_behind_the_cap_is_not_said_to_wait_for_starts(tmp_path: Path) -> None:
+    """No engine runs: nothing is running or starting, and the status says so of the tasks behind
+    the cap too (it said "slots full: 0/1 running + 1 starting before it")."""
+    home = home_with(tmp_path, "max_concurrent = 1")
+    add(home, "first", "@sim steps=1")
+    add(home, "second", "@sim steps=1")
+    rows: dict[str, Any] = {t["name"]: t for t in json.loads(fleet(home, "status", "--json").stdout)}
+    assert rows["first"]["waiting"] == "ready: starts when an engine runs"
+    assert rows["second"]["waiting"] == "ready: starts when an engine runs and a slot is free (1 at a time)"
+
+
 # 15 ------------------------------------------------------------------------------------------
 def test_small_words(tmp_path: Path) -> None:
     home = home_with(tmp_path, "max_concurrent = 1", "retry_backoff_s = [1, 2]")
