@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import sys
 import time
@@ -38,6 +39,13 @@ _FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED)
 
 def _clean(text: str | None) -> str:
     return sanitize_for_display(text or "", one_line=True)
+
+
+def _shape(waiting: str | None) -> str | None:
+    """A waiting reason without its figures: a gate's reading that moves ("memory: 22.9 GiB
+    free" then "22.8") is the same wait, not a line for each of the tasks it holds (3,000 held
+    tasks printed 3,000 lines at each tenth of a GiB)."""
+    return None if waiting is None else re.sub(r"\d+(\.\d+)?", "#", waiting)
 
 
 class RunPrinter:
@@ -140,7 +148,11 @@ class RunPrinter:
             why = f": {_clean(t.reason)}" if t.reason else ""
             name = t.name if not t.host or t.host == self.host else f"{t.name} ({_clean(t.host)})"
             self._emit("state", f"{name}: {arrow}{extra}{why}", reason=t.reason, host=t.host, **fields)
-        if t.status == TaskStatus.QUEUED and t.waiting != self.waiting.get(t.id) and t.waiting:
+        if (
+            t.status == TaskStatus.QUEUED
+            and t.waiting
+            and _shape(t.waiting) != _shape(self.waiting.get(t.id))
+        ):
             self._waits(t)
         self.waiting[t.id] = t.waiting if t.status == TaskStatus.QUEUED else None
 

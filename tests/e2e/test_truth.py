@@ -561,6 +561,11 @@ def test_small_words(tmp_path: Path) -> None:
     fleet(home, "config", "set", "max_concurrent", "2")  # the first agent starts whatever the load
     plan = fleet(home, "plan").stdout
     assert "> 0.01" in plan and "> 0.0:" not in plan and "> 0.0\n" not in plan, plan
+    # a big task file's load names twenty of its tasks, not all of them on one line
+    many = tmp_path / "many.toml"
+    many.write_text("".join(f'[[task]]\nname = "m{i:02d}"\nprompt = "x"\ncoder = "sim"\n' for i in range(25)))
+    out = fleet(home, "load", str(many)).stdout.strip()
+    assert out == "queued 25: " + ", ".join(f"m{i:02d}" for i in range(20)) + " and 5 more", out
 
 
 def test_a_rate_limit_event_names_the_tasks_account(tmp_path: Path) -> None:

@@ -55,3 +55,18 @@ def test_a_task_of_another_host_is_named_with_it() -> None:
     printer = RunPrinter(out, as_json=True, host="alpha")
     printer.feed([TaskChanged(there)])
     assert json.loads(out.getvalue())["host"] == "beta"
+
+
+def test_a_gate_reading_that_moves_is_the_same_wait() -> None:
+    """Memory free moving by a tenth of a GiB rewrites every held task's reason: the log says
+    the wait once, and again only when it is another wait."""
+    out = io.StringIO()
+    printer = RunPrinter(out)
+    printer.prime([task(1, None)])
+    for free in ("22.9", "22.8", "22.7"):
+        printer.feed([TaskChanged(task(1, f"memory: {free} GiB free < 1000.0 GiB floor"))])
+    printer.feed([TaskChanged(task(1, "disk: 0.4 GiB free < 1.0 GiB floor"))])
+    assert [ln.split(" ", 1)[1] for ln in out.getvalue().splitlines()] == [
+        "t1: waits: memory: 22.9 GiB free < 1000.0 GiB floor",
+        "t1: waits: disk: 0.4 GiB free < 1.0 GiB floor",
+    ]

@@ -43,6 +43,10 @@ class ControlConfig:
     command_timeout_s: float = 30.0
 
 
+#: the names a command's answer lists (``load`` of a 3,000-task file printed every one on one line)
+SHOWN_NAMES = 20
+
+
 def owner_alive(store: Store, owner: str | None, now: float, stale_s: float) -> bool:
     """True when the engine ``owner`` heartbeats and (on this host) its process still lives."""
     if not owner:
@@ -174,8 +178,9 @@ class Controller:
             tasks = await anyio.to_thread.run_sync(self.store.add_tasks, list(specs), self.clock())
         except StoreError as e:
             return CommandResult(False, str(e))
-        names = ", ".join(t.name for t in tasks)
-        return CommandResult(True, f"queued {len(tasks)}: {names}", tasks[0] if tasks else None)
+        shown = ", ".join(t.name for t in tasks[:SHOWN_NAMES])
+        more = f" and {len(tasks) - SHOWN_NAMES} more" if len(tasks) > SHOWN_NAMES else ""
+        return CommandResult(True, f"queued {len(tasks)}: {shown}{more}", tasks[0] if tasks else None)
 
     async def kill(self, ref: str) -> CommandResult:
         task = await self.get(ref)
