@@ -51,7 +51,7 @@ def _shape(waiting: str | None) -> str | None:
 class RunPrinter:
     """Turns engine event batches into one line per change (text or JSON)."""
 
-    #: queued tasks whose waiting reason is printed at the start, at most (then a count)
+    #: waiting reasons printed at the start, and in one batch of changes, at most (then a count)
     PRIMED_WAITS = 10
 
     def __init__(self, out: TextIO | None = None, as_json: bool = False, host: str | None = None) -> None:
@@ -67,6 +67,8 @@ class RunPrinter:
         self._unflushed = False
         #: the output went away (``feed``): nothing more is printed
         self.gone = False
+        #: waiting lines this batch may still print, and those it left out (``_feed``)
+        self._waits_left, self._waits_skipped = self.PRIMED_WAITS, 0
 
     def prime(self, tasks: Sequence[Task]) -> None:
         """Remember the state before the run, so only changes are printed; and say what already
@@ -81,9 +83,7 @@ class RunPrinter:
                 waits.append(t)
         for t in waits[: self.PRIMED_WAITS]:
             self._waits(t)
-        if len(waits) > self.PRIMED_WAITS:
-            more = len(waits) - self.PRIMED_WAITS
-            self._emit("notice", f"notice: {more} more task(s) wait (`fleet-tui plan` says why for each)")
+        self._more_wait(len(waits) - self.PRIMED_WAITS)
         if self._unflushed:
             self._unflushed = False
             self.out.flush()
@@ -109,6 +109,7 @@ class RunPrinter:
             self.gone = True
 
     def _feed(self, batch: Sequence[EngineEvent]) -> None:
+        self._waits_left, self._waits_skipped = self.PRIMED_WAITS, 0
         for ev in batch:
             match ev:
                 case TaskChanged(task):
@@ -117,6 +118,7 @@ class RunPrinter:
                     self._question(q)
                 case Notice(text) if text:
                     self._emit("notice", f"notice: {_clean(text)}")
+        self._more_wait(self._waits_skipped)
         if self._unflushed:
             self._unflushed = False
             self.out.flush()
@@ -153,8 +155,16 @@ class RunPrinter:
             and t.waiting
             and _shape(t.waiting) != _shape(self.waiting.get(t.id))
         ):
-            self._waits(t)
+            if self._waits_left > 0:
+                self._waits_left -= 1
+                self._waits(t)
+            else:  # a whole queue held at once (a gate): ten lines, then a count
+                self._waits_skipped += 1
         self.waiting[t.id] = t.waiting if t.status == TaskStatus.QUEUED else None
+
+    def _more_wait(self, n: int) -> None:
+        if n > 0:
+            self._emit("notice", f"notice: {n} more task(s) wait (`fleet-tui plan` says why for each)")
 
     def _waits(self, t: Task) -> None:
         why = _clean(t.waiting)

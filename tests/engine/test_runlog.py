@@ -70,3 +70,13 @@ def test_a_gate_reading_that_moves_is_the_same_wait() -> None:
         "t1: waits: memory: 22.9 GiB free < 1000.0 GiB floor",
         "t1: waits: disk: 0.4 GiB free < 1.0 GiB floor",
     ]
+
+
+def test_a_whole_queue_held_at_once_is_ten_lines_then_a_count() -> None:
+    out = io.StringIO()
+    printer = RunPrinter(out)
+    printer.prime([task(n, None) for n in range(30)])
+    printer.feed([TaskChanged(task(n, "memory: 1.0 GiB free < 2.0 GiB floor")) for n in range(30)])
+    lines = [ln.split(" ", 1)[1] for ln in out.getvalue().splitlines()]
+    assert lines[:10] == [f"t{n}: waits: memory: 1.0 GiB free < 2.0 GiB floor" for n in range(10)]
+    assert lines[10:] == ["notice: 20 more task(s) wait (`fleet-tui plan` says why for each)"]
