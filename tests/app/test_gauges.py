@@ -73,3 +73,23 @@ async def test_sparklines_per_host_on_demand() -> None:
         await wait_for(pilot, lambda: len(app.gauges.pulse_rows) > 4, "per-host sparklines")
         labels = [str(r.label.render()) for r in app.gauges.pulse_rows]
         assert [label.split()[:2] for label in labels[4:]] == [["box1", "agents"], ["box2", "agents"]]
+
+
+@pytest.mark.anyio
+async def test_an_accounts_label_is_cut_only_where_the_pane_has_no_room() -> None:
+    """Paired lines (more gauges than the pane's height) cut a label only for want of room: a sim
+    account's ``sim:sim-b`` read "sim:si" at every width."""
+    from dataclasses import replace
+
+    from fleet_tui.scheduler.model import RateLimit
+
+    engine = sc.gauges_fleet()
+    snap = engine.snapshot()
+    held = RateLimit("sim:sim-b", "allowed", 0.5, sc.NOW + 600, "five_hour", sc.NOW - 60)
+    engine.set_snapshot(replace(snap, gauges=replace(snap.gauges, rate_limits=(held,), rate_holds=())))
+    app = sc.make_app(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        shown = bars(app)
+        assert "slots 3/4 load 2.4/core" in shown  # paired: two gauges a line
+        assert "sim:sim-b 50%" in shown, shown

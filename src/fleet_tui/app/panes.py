@@ -172,12 +172,14 @@ class GaugesPane(Vertical):
         return text
 
     def _cell(self, gauge: Gauge, width: int) -> Text:
-        """The short form for paired lines: label, bar, number (a held account keeps its time)."""
-        label = f"{inert(gauge.label, one_line=True)[:6]} "
+        """The short form for paired lines: label, bar, number (a held account keeps its time). The
+        label is cut only where the cell has no room for it (a bar of three at the least): a rate
+        limit's account, ``sim:sim-b``, read "sim:si" on any width."""
         value = gauge.value.replace(" free", "")
         if gauge.key.startswith("rate:") and gauge.value == "held" and "resumes " in gauge.note:
             value = "→" + gauge.note.split("resumes ", 1)[1].split(" ")[0]
         value = " " + value
+        label = f"{inert(gauge.label, one_line=True)[: max(6, width - len(value) - 4)]} "
         bar_w = max(2, width - len(label) - len(value))
         text = Text(label)
         text.append_text(self._bar(gauge, bar_w))
