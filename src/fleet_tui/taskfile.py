@@ -468,12 +468,13 @@ def _check_tasks(
         tasks = []
 
     default_ok: dict[str, Any] = {}  # [defaults]: checked once
-    for key, value in defaults.items():
+    for key, raw_value in defaults.items():
+        value = _shorthand(key, raw_value)
         if key == "name":
             rep.err(("defaults", key), "name cannot be a default: every task needs its own name")
         elif key not in TASK_KEYS:
             rep.err(("defaults", key), f"unknown key {key!r} in [defaults]{did_you_mean(key, TASK_KEYS)}")
-        elif _check_table_key(key, value := _shorthand(key, value), ("defaults", key), rep):
+        elif _check_table_key(key, value, ("defaults", key), rep):
             default_ok[key] = value
 
     raws: list[_Raw] = []
@@ -481,11 +482,12 @@ def _check_tasks(
         raw = _Raw(index=idx, header=rep.line(("task", idx)))
         raw.values = dict(default_ok)
         raw.where = {key: ("defaults", key) for key in default_ok}
-        for key, value in table.items():
+        for key, raw_value in table.items():
+            value = _shorthand(key, raw_value)
             at: Path_ = ("task", idx, key)
             if key not in TASK_KEYS:
                 rep.err(at, f"unknown key {key!r}{did_you_mean(key, TASK_KEYS)}")
-            elif not _check_table_key(key, value := _shorthand(key, value), at, rep):
+            elif not _check_table_key(key, value, at, rep):
                 raw.broken.add(key)
                 raw.values.pop(key, None)
             else:
