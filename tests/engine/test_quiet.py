@@ -522,6 +522,51 @@ def test_waiting_reasons_are_rewritten_only_when_this_planner_changes_them(
     assert p.waiting_changes(p.plan()) == {}  # no ping-pong between engines
 
 
+def test_a_reason_whose_figures_alone_moved_is_rewritten_at_most_every_so_often(
+    stores: Callable[[], SqliteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue held by the memory gate: its reasons say how much memory is free, which moves all
+    the time. A new figure alone is recorded again once per ``FIGURES_EVERY_S``; another wait at
+    once."""
+    from fleet_tui.scheduler import planner as planner_mod
+
+    inner = stores()
+    inner.add_tasks([spec("a")], time.time())
+    p = _planner(inner)
+    ((task, _),) = p.plan()
+    clock = [1000.0]
+    monkeypatch.setattr(planner_mod.time, "monotonic", lambda: clock[0])
+
+    def held(why: str) -> list[tuple[Task, Decision]]:
+        return [(task, Decision(False, why))]
+
+    first = p.waiting_changes(held("memory: 22.9 GiB free < 1000.0 GiB floor"))
+    assert first == {task.id: "memory: 22.9 GiB free < 1000.0 GiB floor"}
+    p.recorded(first)
+    clock[0] += 5
+    assert p.waiting_changes(held("memory: 22.8 GiB free < 1000.0 GiB floor")) == {}
+    assert p.waiting_changes(held("disk: 0.2 GiB free < 1.0 GiB floor")) == {
+        task.id: "disk: 0.2 GiB free < 1.0 GiB floor"
+    }
+    clock[0] += planner_mod.FIGURES_EVERY_S
+    assert p.waiting_changes(held("memory: 22.7 GiB free < 1000.0 GiB floor")) == {
+        task.id: "memory: 22.7 GiB free < 1000.0 GiB floor"
+    }
+
+
+def test_headroom_far_below_a_floor_plans_again_only_once_in_a_while() -> None:
+    """Far below the memory or disk floor nothing starts whatever the byte: a new reading plans
+    again once per ``FIGURES_EVERY_S`` (every byte did, and re-planned a 10,000-task queue)."""
+    from fleet_tui.scheduler.planner import FIGURES_EVERY_S
+
+    cfg = gate_config(config(mem_floor_gib=1000.0))
+    low = Headroom(cores=2, load_per_core=0.5, mem_available=22 * GIB, disk_free=500 * GIB, taken_at=NOW)
+    moved = replace(low, mem_available=21 * GIB, taken_at=NOW + 1)
+    later = replace(low, taken_at=NOW + FIGURES_EVERY_S)
+    assert headroom_key(low, cfg, GIB, 4) == headroom_key(moved, cfg, GIB, 4)
+    assert headroom_key(low, cfg, GIB, 4) != headroom_key(later, cfg, GIB, 4)
+
+
 def test_a_pick_decides_the_head_of_the_queue_only(stores: Callable[[], SqliteStore]) -> None:
     """The engine's pick for its free slots decides the queue up to the tasks it picks, not the
     whole queue (at every start, a 10,000-task queue was walked three times: 44 starts a second

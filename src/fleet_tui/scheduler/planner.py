@@ -37,7 +37,9 @@ while the loop added and removed them.
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -53,6 +55,11 @@ from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.protocol import Store, TaskChanges
 
 #: gate reasons that clear by themselves as agents finish
+#: how often waiting reasons whose figures alone moved are recorded again (``waiting_changes``)
+FIGURES_EVERY_S = 120.0
+#: the figures of a waiting reason (``memory: 22.9 GiB free < 2.0 GiB floor``)
+_FIGURES = re.compile(r"\d+(\.\d+)?")
+
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
 
 #: above this many changed queued tasks, one listing of the queue beats fetching them one by one
@@ -77,17 +84,26 @@ def headroom_key(h: Headroom | None, cfg: GateConfig, need: int, free_slots: int
     """The headroom as far as it can change a decision or a reason: the load as the reasons show
     it (to 0.01 per core; the kernel moves it every 5 s; not at all while no agent runs here,
     when the load gate lets the first one start anyway), memory and disk exactly when they are
-    within 0.1 GiB of a floor (``need``: the largest agent's estimate, once per free slot), and
-    only "plenty" otherwise. A reading that would change nothing does not plan again."""
+    within 0.1 GiB of a floor (``need``: the largest agent's estimate, once per free slot), only
+    "plenty" above, and "short" (once per ``FIGURES_EVERY_S``) far below. A reading that would
+    change nothing does not plan again."""
     if h is None:
         return (None,)
     tenth = GIB // 10
+    # far below a floor nothing starts, whatever the byte: the reasons' figures are read again
+    # once per ``FIGURES_EVERY_S`` (a 10,000-task queue held by the memory gate was planned
+    # whole again at every byte that moved: 8-19 % of a core beside another program's churn)
+    short = ("short", int(h.taken_at // FIGURES_EVERY_S))
     mem: Any = h.mem_available
     if mem is not None and mem - need * (free_slots + 1) - cfg.mem_floor_bytes > tenth:
         mem = "plenty"
+    elif mem is not None and mem - need - cfg.mem_floor_bytes < -tenth:
+        mem = short
     disk: Any = h.disk_free
     if disk is not None and disk - cfg.disk_floor_bytes > tenth:
         disk = "plenty"
+    elif disk is not None and disk - cfg.disk_floor_bytes < -tenth:
+        disk = short
     load: Any = None if h.load_per_core is None else round(h.load_per_core, 2)
     if load is not None and free_slots >= cfg.max_concurrent:
         load = "first agent"  # none runs: the load gate lets the first one start whatever the load
@@ -193,6 +209,8 @@ class Planner:
         self._admit_next_at: float | None = None
         self._next_at: float | None = None
         self._written: dict[str, str | None] = {}
+        #: when reasons were last recorded: one whose figures alone moved waits a while after it
+        self._figures_at = -FIGURES_EVERY_S
         #: tasks this engine is claiming now: left out of the decisions until the claim is known
         #: (taken: ``claimed``; refused: ``unclaimed``, and they are planned again as they are)
         self._claiming: set[str] = set()
@@ -550,14 +568,29 @@ class Planner:
     def waiting_changes(self, decisions: Plan) -> dict[str, str | None]:
         """The waiting reasons to record: those that differ from what this planner recorded
         last (or, the first time, from the store's). Comparing with its own record, not the
-        store's current value, keeps two engines from rewriting each other's reasons forever."""
+        store's current value, keeps two engines from rewriting each other's reasons forever.
+
+        A reason whose only change is a figure (a gate's reading: "memory: 22.9 GiB free" then
+        "22.8") is recorded again at most every ``FIGURES_EVERY_S``: a queue of 10,000 tasks held
+        by the memory gate was rewritten whole at every tenth of a GiB that moved, 8 % of a core
+        while another program's memory came and went."""
         out: dict[str, str | None] = {}
+        figures: dict[str, str | None] = {}
         for t, d in decisions:
             why = None if d.ok else d.reason
-            if self._written.get(t.id, t.waiting) != why:
+            was = self._written.get(t.id, t.waiting)
+            if was == why:
+                continue
+            if why is not None and was is not None and _FIGURES.sub("#", why) == _FIGURES.sub("#", was):
+                figures[t.id] = why
+            else:
                 out[t.id] = why
+        if figures and time.monotonic() - self._figures_at >= FIGURES_EVERY_S:
+            out.update(figures)
         return out
 
     def recorded(self, reasons: Mapping[str, str | None]) -> None:
         """``reasons`` were written to the store."""
         self._written.update(reasons)
+        if reasons:
+            self._figures_at = time.monotonic()
