@@ -4,7 +4,10 @@ Two cases, each against its goal (issue 14) and a bare idle Python process measu
 same run (``python -c "import time; time.sleep(...)"``):
 
 * an empty home (goal: <= 0.3 % of a core);
-* 10,000 queued tasks that cannot start (they need a tag this host lacks; goal: <= 1 %).
+* 10,000 queued tasks that cannot start (they need a tag this host lacks; goal: <= 1 %);
+* the same 10,000 held by the memory gate instead (``mem_floor_gib`` far above the machine's
+  memory) while another program allocates and frees 300 MB every second, as on a machine short
+  of memory, where the free figure in every task's reason moves all the time (the same goal).
 
 Prints CPU % of one core and the ratio to the goal (<= 1.0 meets it).
 Usage: python bench/bench_idle.py [SECONDS] [QUEUED]
@@ -20,6 +23,11 @@ import time
 from pathlib import Path
 
 FLEET = [sys.executable, "-m", "fleet_tui"]
+#: another program's memory coming and going: 300 MB allocated (and touched) for a second, freed
+#: for a second
+CHURN = (
+    "import time\nwhile True:\n    b = bytearray(300 << 20)\n    time.sleep(1)\n    del b\n    time.sleep(1)"
+)
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -68,10 +76,28 @@ def main() -> None:
         subprocess.run([*FLEET, "load", str(tmp / "t.toml")], check=True, env=env, capture_output=True)
         busy = measure([*FLEET, "run", "-q"], env, 10.0, window)
 
+        held = tmp / "memory"
+        held.mkdir()
+        (held / "config.toml").write_text("mem_floor_gib = 100000.0\n")
+        lines = ["[defaults]", 'coder = "shell"', 'command = "true"', ""]
+        for i in range(queued):
+            lines += ["[[task]]", f'name = "m{i:05d}"', 'prompt = "x"', ""]
+        (tmp / "m.toml").write_text("\n".join(lines))
+        env = dict(os.environ, FLEET_HOME=str(held))
+        subprocess.run([*FLEET, "load", str(tmp / "m.toml")], check=True, env=env, capture_output=True)
+        churn = subprocess.Popen([sys.executable, "-c", CHURN])
+        try:
+            gated = measure([*FLEET, "run", "-q"], env, 10.0, window)
+        finally:
+            churn.kill()
+            churn.wait()
+
     print(f"window {window:.0f} s per case")
     print(f"bare idle python          : {bare:6.2f} % of a core")
     print(f"run, empty home           : {idle:6.2f} %  ratio to goal 0.3 %: {idle / 0.3:6.2f}")
     print(f"run, {queued} queued held : {busy:6.2f} %  ratio to goal 1 %  : {busy / 1.0:6.2f}")
+    print(f"run, {queued} held by memory, another program's 300 MB coming and going:")
+    print(f"                            {gated:6.2f} %  ratio to goal 1 %  : {gated / 1.0:6.2f}")
 
 
 if __name__ == "__main__":
