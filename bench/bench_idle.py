@@ -54,6 +54,23 @@ def measure(cmd: list[str], env: dict[str, str], warmup: float, window: float) -
         proc.wait(timeout=30)
 
 
+def queued_home(home: Path, n: int, default: str = "", config: str = "") -> dict[str, str]:
+    """A fleet home with ``n`` queued `true` tasks (``default``: one more ``[defaults]`` line,
+    ``config``: its config.toml), loaded; the environment that runs on it."""
+    home.mkdir()
+    if config:
+        (home / "config.toml").write_text(config)
+    lines = ["[defaults]", 'coder = "shell"', 'command = "true"', default, ""]
+    for i in range(n):
+        lines += ["[[task]]", f'name = "q{i:05d}"', 'prompt = "x"', ""]
+    (home.parent / f"{home.name}.toml").write_text("\n".join(lines))
+    env = dict(os.environ, FLEET_HOME=str(home))
+    subprocess.run(
+        [*FLEET, "load", str(home.parent / f"{home.name}.toml")], check=True, env=env, capture_output=True
+    )
+    return env
+
+
 def main() -> None:
     window = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
     queued = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
@@ -66,25 +83,10 @@ def main() -> None:
         env = dict(os.environ, FLEET_HOME=str(empty))
         idle = measure([*FLEET, "run", "-q"], env, 5.0, window)
 
-        full = tmp / "full"
-        full.mkdir()
-        lines = ["[defaults]", 'coder = "shell"', 'command = "true"', 'requires = ["no-such-tag"]', ""]
-        for i in range(queued):
-            lines += ["[[task]]", f'name = "q{i:05d}"', 'prompt = "x"', ""]
-        (tmp / "t.toml").write_text("\n".join(lines))
-        env = dict(os.environ, FLEET_HOME=str(full))
-        subprocess.run([*FLEET, "load", str(tmp / "t.toml")], check=True, env=env, capture_output=True)
+        env = queued_home(tmp / "full", queued, default='requires = ["no-such-tag"]')
         busy = measure([*FLEET, "run", "-q"], env, 10.0, window)
 
-        held = tmp / "memory"
-        held.mkdir()
-        (held / "config.toml").write_text("mem_floor_gib = 100000.0\n")
-        lines = ["[defaults]", 'coder = "shell"', 'command = "true"', ""]
-        for i in range(queued):
-            lines += ["[[task]]", f'name = "m{i:05d}"', 'prompt = "x"', ""]
-        (tmp / "m.toml").write_text("\n".join(lines))
-        env = dict(os.environ, FLEET_HOME=str(held))
-        subprocess.run([*FLEET, "load", str(tmp / "m.toml")], check=True, env=env, capture_output=True)
+        env = queued_home(tmp / "memory", queued, config="mem_floor_gib = 100000.0\n")
         churn = subprocess.Popen([sys.executable, "-c", CHURN])
         try:
             gated = measure([*FLEET, "run", "-q"], env, 10.0, window)

@@ -257,7 +257,10 @@ def cmd_run(ctx: Ctx) -> int:
 def _fresh_waiting(ctx: Ctx, tasks: list[Any], now: float) -> list[Any]:
     from fleet_tui.report import fresh_waiting
 
-    return fresh_waiting(ctx.store, tasks, now, ctx.cfg.stale_s, lambda: anyio.run(_engine(ctx).plan))
+    cfg = ctx.cfg
+    return fresh_waiting(
+        ctx.store, tasks, now, cfg.stale_s, lambda: anyio.run(_engine(ctx).plan), cfg.max_concurrent
+    )
 
 
 def cmd_status(ctx: Ctx) -> int:

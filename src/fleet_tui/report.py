@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -179,7 +178,12 @@ def event_line(e: Any) -> str:
 
 
 def fresh_waiting(
-    store: Any, tasks: list[Any], now: float, stale_s: float, plan: Callable[[], list[tuple[Any, Any]]]
+    store: Any,
+    tasks: list[Any],
+    now: float,
+    stale_s: float,
+    plan: Callable[[], list[tuple[Any, Any]]],
+    cap: int,
 ) -> list[Any]:
     """With no engine live, stored waiting reasons are stale (nobody re-plans): say so on stderr
     and compute them now with ``plan`` (as ``fleet-tui plan`` does). With an engine live, they are
@@ -200,20 +204,20 @@ def fresh_waiting(
     for t in tasks:
         d = decisions.get(t.id)
         if d is not None:
-            t = dataclasses.replace(t, waiting=_without_engine(d.ok, d.reason))
+            t = dataclasses.replace(t, waiting=_without_engine(d.ok, d.reason, cap))
         out.append(t)
     return out
 
 
-def _without_engine(ok: bool, reason: str | None) -> str | None:
-    """A waiting reason computed with no engine running, in words true of that: nothing is running
-    or starting, so a task behind the cap waits for the ones ahead of it once an engine starts
-    them (the planner's "slots full: 0/4 running + 4 starting before it" said otherwise)."""
+def _without_engine(ok: bool, reason: str | None, cap: int) -> str | None:
+    """A waiting reason computed with no engine running, in words true of that: nothing runs or
+    starts, so a task behind the cap (``max_concurrent``) waits for the ones ahead of it once an
+    engine starts them (the planner's "slots full: 0/4 running + 4 starting before it" said
+    otherwise)."""
     if ok:
         return "ready: starts when an engine runs"
-    m = re.fullmatch(r"slots full: 0/(\d+) running \+ \d+ starting before it", reason or "")
-    if m:
-        return f"ready: starts when an engine runs and a slot is free ({m[1]} at a time)"
+    if (reason or "").startswith("slots full"):
+        return f"ready: starts when an engine runs and a slot is free ({cap} at a time)"
     return reason
 
 

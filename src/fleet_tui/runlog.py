@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import signal
 import sys
 import time
@@ -29,6 +28,7 @@ import anyio
 from fleet_tui.scheduler.humans.inbox import sanitize_for_display
 from fleet_tui.scheduler.model import EngineEvent, Notice, Question, QuestionChanged, Task, TaskChanged
 from fleet_tui.scheduler.onloop import SWITCH_INTERVAL
+from fleet_tui.scheduler.planner import same_wait
 from fleet_tui.scheduler.states import TaskStatus
 
 EXIT_NEEDS_PERSON = 3
@@ -39,13 +39,6 @@ _FINISHED = (TaskStatus.DONE, TaskStatus.CANCELLED)
 
 def _clean(text: str | None) -> str:
     return sanitize_for_display(text or "", one_line=True)
-
-
-def _shape(waiting: str | None) -> str | None:
-    """A waiting reason without its figures: a gate's reading that moves ("memory: 22.9 GiB
-    free" then "22.8") is the same wait, not a line for each of the tasks it holds (3,000 held
-    tasks printed 3,000 lines at each tenth of a GiB)."""
-    return None if waiting is None else re.sub(r"\d+(\.\d+)?", "#", waiting)
 
 
 class RunPrinter:
@@ -67,26 +60,21 @@ class RunPrinter:
         self._unflushed = False
         #: the output went away (``feed``): nothing more is printed
         self.gone = False
-        #: waiting lines this batch may still print, and those it left out (``_feed``)
+        #: waiting lines this batch may still print, and those it left out (``_waits``)
         self._waits_left, self._waits_skipped = self.PRIMED_WAITS, 0
 
     def prime(self, tasks: Sequence[Task]) -> None:
         """Remember the state before the run, so only changes are printed; and say what already
         waits, and why (at most ``PRIMED_WAITS`` of them): a run on a queue that cannot start
         (a full disk, a gate, a dependency) used to print nothing at all until it was stopped."""
-        waits = []
+        self._waits_left, self._waits_skipped = self.PRIMED_WAITS, 0
         for t in tasks:
             self.seen[t.id] = (t.status.value, t.reason, t.attempt)
             self.names[t.id] = t.name
             if t.status == TaskStatus.QUEUED and t.waiting:
                 self.waiting[t.id] = t.waiting
-                waits.append(t)
-        for t in waits[: self.PRIMED_WAITS]:
-            self._waits(t)
-        self._more_wait(len(waits) - self.PRIMED_WAITS)
-        if self._unflushed:
-            self._unflushed = False
-            self.out.flush()
+                self._waits(t)
+        self._end_batch()
 
     def _emit(self, kind: str, text: str, **fields: Any) -> None:
         now = time.time()
@@ -118,7 +106,13 @@ class RunPrinter:
                     self._question(q)
                 case Notice(text) if text:
                     self._emit("notice", f"notice: {_clean(text)}")
-        self._more_wait(self._waits_skipped)
+        self._end_batch()
+
+    def _end_batch(self) -> None:
+        """The count of the waiting lines left out, then one write for the whole batch."""
+        if self._waits_skipped:
+            n = self._waits_skipped
+            self._emit("notice", f"notice: {n} more task(s) wait (`fleet-tui plan` says why for each)")
         if self._unflushed:
             self._unflushed = False
             self.out.flush()
@@ -153,20 +147,20 @@ class RunPrinter:
         if (
             t.status == TaskStatus.QUEUED
             and t.waiting
-            and _shape(t.waiting) != _shape(self.waiting.get(t.id))
+            # a reading that moved is the same wait: 3,000 held tasks printed 3,000 lines at
+            # each tenth of a GiB
+            and not same_wait(t.waiting, self.waiting.get(t.id))
         ):
-            if self._waits_left > 0:
-                self._waits_left -= 1
-                self._waits(t)
-            else:  # a whole queue held at once (a gate): ten lines, then a count
-                self._waits_skipped += 1
+            self._waits(t)
         self.waiting[t.id] = t.waiting if t.status == TaskStatus.QUEUED else None
 
-    def _more_wait(self, n: int) -> None:
-        if n > 0:
-            self._emit("notice", f"notice: {n} more task(s) wait (`fleet-tui plan` says why for each)")
-
     def _waits(self, t: Task) -> None:
+        """A task's waiting line, while the batch has room for one: a whole queue held at once (a
+        gate, or the queue as a run starts) takes ``PRIMED_WAITS`` lines, then a count."""
+        if self._waits_left <= 0:
+            self._waits_skipped += 1
+            return
+        self._waits_left -= 1
         why = _clean(t.waiting)
         text = f"{t.name}: {why}" if why.startswith(("waits", "after ")) else f"{t.name}: waits: {why}"
         fields = {"task": t.name, "task_id": t.id, "status": t.status.value, "attempt": t.attempt}

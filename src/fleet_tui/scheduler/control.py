@@ -241,7 +241,8 @@ class Controller:
         it again as it was would only make the same change, and the same conflict, again)."""
         from fleet_tui.scheduler.humans import followup
 
-        base, branch = task.spec.git_ref or "the base branch", task.branch or f"fleet/{task.name}"
+        # a task that met a merge conflict ran in its worktree: it has a branch
+        base, branch = task.spec.git_ref or "the base branch", task.branch or "its branch"
         res = await followup.send(self, task.id, followup.merge_conflict_turn(base, branch, files))
         if not res.ok:
             return res

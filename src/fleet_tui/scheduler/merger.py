@@ -119,7 +119,7 @@ class Merger:
         if blocks:  # an approved task, say, whose agent left a merge unresolved
             return CommandResult(
                 False,
-                f"{task.name}: its branch adds conflict markers (<<<<<<< ======= >>>>>>>) in "
+                f"{task.name}: its branch adds {wt.CONFLICT_MARKERS} in "
                 f"{', '.join(blocks)}: not merging them into {info.base_ref}; resolve them on "
                 f"{info.branch} first",
                 task,

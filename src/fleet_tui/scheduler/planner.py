@@ -60,6 +60,16 @@ FIGURES_EVERY_S = 120.0
 #: the figures of a waiting reason (``memory: 22.9 GiB free < 2.0 GiB floor``)
 _FIGURES = re.compile(r"\d+(\.\d+)?")
 
+
+def same_wait(a: str | None, b: str | None) -> bool:
+    """Two waiting reasons that say the same but for their figures (a gate's reading that moved:
+    "memory: 22.9 GiB free" then "22.8"): the planner rewrites such a change rarely, and
+    ``run`` prints it once."""
+    if a is None or b is None:
+        return a is b
+    return _FIGURES.sub("#", a) == _FIGURES.sub("#", b)
+
+
 TRANSIENT_GATES = ("load ", "load reading", "memory", "disk", "slots full")
 
 #: above this many changed queued tasks, one listing of the queue beats fetching them one by one
@@ -581,7 +591,7 @@ class Planner:
             was = self._written.get(t.id, t.waiting)
             if was == why:
                 continue
-            if why is not None and was is not None and _FIGURES.sub("#", why) == _FIGURES.sub("#", was):
+            if why is not None and same_wait(why, was):
                 figures[t.id] = why
             else:
                 out[t.id] = why

@@ -162,7 +162,7 @@ class Reaper:
         if not files:
             return res
         detail = (
-            f"unresolved merge conflicts: conflict markers (<<<<<<< ======= >>>>>>>) left in "
+            f"unresolved merge conflicts: {wt.CONFLICT_MARKERS} left in "
             f"{', '.join(files)}; resolve them, keep what both sides meant, and commit"
         )
         failed = replace(res.outcome, kind="failure", detail=detail, claimed_success=False)

@@ -458,6 +458,10 @@ def _diff(info: WorktreeInfo, stat: bool, include_worktree: bool) -> str:
     return _git(info.repo_root, *opts, _diff_base(info), info.branch)[1]
 
 
+#: how messages name a git conflict block's markers (``conflict_blocks``)
+CONFLICT_MARKERS = "conflict markers (<<<<<<< ======= >>>>>>>)"
+
+
 def conflict_blocks(info: WorktreeInfo) -> list[str]:
     """The files where the task's branch adds a whole git conflict block (a ``<<<<<<<`` line, then
     ``=======``, then ``>>>>>>>``) against its base: a merge, rebase or stash that stopped on a

@@ -202,7 +202,7 @@ def publish(life: lc.Lifecycle, task: Task, info: wt.WorktreeInfo, gh: GitHub | 
             wt.wip_commit(info.path, f"fleet-tui: work of {task.name}")
         if blocks := wt.conflict_blocks(info):  # merged on GitHub, they would reach the base
             raise GitHubError(
-                f"push_rejected: its branch adds conflict markers (<<<<<<< ======= >>>>>>>) in "
+                f"push_rejected: its branch adds {wt.CONFLICT_MARKERS} in "
                 f"{', '.join(blocks)}: not pushing them; resolve them on {info.branch} first"
             )
         remote, url = remote_for(info.repo_root, info.base_ref)
