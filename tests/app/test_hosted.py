@@ -568,6 +568,39 @@ def test_a_key_window_ends_by_itself_and_a_held_key_never_stops_the_engine() -> 
     assert p.waits == 1
 
 
+def test_a_key_inside_another_keys_window_gets_a_whole_window_of_its_own() -> None:
+    """A help closed 40 ms after it opened used to find the engine back for most of the close:
+    the second key kept the first one's end."""
+    p = KeyPriority(cap=60.0)
+    p.key()
+    later = time.monotonic()
+    p.key()
+    assert p._until >= later + 60.0
+
+
+def test_keys_held_down_hold_the_engine_back_at_most_twice_the_window_at_a_time() -> None:
+    p = KeyPriority(cap=0.1)
+    stop = threading.Event()
+
+    def auto_repeat() -> None:  # a key every 10 ms, each moving the window's end
+        while not stop.wait(0.01):
+            p.key()
+
+    p.key()
+    presser = threading.Thread(target=auto_repeat)
+    presser.start()
+    try:
+        started = time.monotonic()
+        p.stand_aside()
+        waited = time.monotonic() - started
+        assert p.waits == 1 and waited < 5.0  # ends by itself (2 x cap), keys or not
+        p.stand_aside()
+        assert p.waits == 1  # then the engine runs for cap / 2 before it stands aside again
+    finally:
+        stop.set()
+        presser.join()
+
+
 class CountingPriority(KeyPriority):
     def __init__(self) -> None:
         super().__init__()
