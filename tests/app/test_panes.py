@@ -3,6 +3,7 @@ live updates cell by cell, the stream, help, the command palette, detail and the
 
 from __future__ import annotations
 
+import asyncio
 import io
 from dataclasses import replace
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console, RenderableType
 from rich.style import Style
+from textual._compositor import LayoutUpdate
 from textual.dom import DOMNode
 from textual.geometry import Region
 from textual.strip import Strip
@@ -494,6 +496,44 @@ async def test_live_lines_wait_while_a_dialog_covers_the_panes_and_come_after_it
         await pilot.press("escape")
         await wait_for(pilot, lambda: len(app.stream.lines) == filled + 1, "the held line drawn")
         assert "while covered" in app.stream.lines[-1].text and not app.stream.pending
+
+
+class _NoTick:
+    """A screen update timer that never ticks (it is paused and resumed, never fires)."""
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+async def test_closing_a_dialog_draws_the_uncovered_screen_at_once_not_at_the_next_tick() -> None:
+    """Textual draws a screen from a 60 Hz update timer; under a loud fleet that timer had often
+    just ticked, and a close waited for the next tick with nothing else to do. Here the main
+    screen's timer never ticks: the uncovered screen is drawn whole by the close itself."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        main = app.screen
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
+        drawn: list[tuple[object, type]] = []
+        display = app._display
+
+        def recorded(screen: object, update: RenderableType | None) -> None:
+            display(screen, update)  # type: ignore[arg-type]
+            drawn.append((screen, type(update)))
+
+        app._display = recorded  # type: ignore[method-assign,assignment]
+        await pilot.press("escape")
+        for _ in range(200):  # not ``pilot.pause``: it draws the screen itself, as the tick would
+            if (main, LayoutUpdate) in drawn:
+                break
+            await asyncio.sleep(0.01)
+        assert app.screen is main
+        assert (main, LayoutUpdate) in drawn, "the uncovered screen was not drawn whole"
 
 
 async def test_stream_is_batched_and_capped() -> None:
