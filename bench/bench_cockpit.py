@@ -16,10 +16,11 @@ For each phase: the app's event-loop lag (a 10 ms repeating ``call_later`` callb
 fires, p50/p99/max), where the cockpit's thread spent the intervals whose tick came more than
 20 ms late (``/proc/thread-self/schedstat``: running, runnable but waiting for a CPU, or neither:
 the interpreter lock held by another thread), the key-to-screen time (a key posted the way the
-terminal driver posts it, until the screen it changes has been refreshed: ``?`` opens the help,
-``escape`` closes it, ``down``/``up`` moves the queue cursor; p50/p99; for the cockpit also the
-time from that key until the stream pane has been refreshed with the newly selected task's stored
-events, "stream fill", which the cockpit draws in a frame after the cursor's), and this process's RSS
+terminal driver posts it, until the first screen update the app hands its driver that shows
+the change, ``Displays``: ``?`` opens the help, ``escape`` closes it, drawn whole, ``down``/``up``
+moves the queue cursor; p50/p99; for the cockpit also the time from that key until the stream
+pane has been drawn with the newly selected task's stored events, "stream fill", which the
+cockpit draws in a frame after the cursor's), and this process's RSS
 over time. Then every event is checked to be on disk: per attempt, the burst events stored in the
 SQLite store against the count the sim reports in its final result ("emitted N events") and the
 lines of its raw ``stdout.jsonl``.
@@ -68,11 +69,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from rich.console import RenderableType
 from textual import events
+from textual._compositor import LayoutUpdate
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widget import Widget
 from textual.widgets import DataTable
 
 from fleet_tui.app.app import FREEZE_SECONDS, STYLES, FleetApp
@@ -87,6 +89,8 @@ from fleet_tui.scheduler.view import AttachedView
 from fleet_tui.screens.help import HelpScreen
 
 TICK = 0.010
+#: each app's screen updates (``Displays``), made as its test run starts
+DISPLAYS: dict[App[None], Displays] = {}
 KEY_TIMEOUT = 30.0
 #: how long an app runs before its idle phase: a cockpit settles its heap FREEZE_SECONDS after it
 #: starts (``FleetApp._settle_heap``) while its engine makes its first rounds, and the first dialog
@@ -235,23 +239,70 @@ async def until(cond: Callable[[], bool], timeout: float = KEY_TIMEOUT) -> bool:
     return True
 
 
-async def refreshed(widget: Widget | Screen[object]) -> None:
-    done = asyncio.Event()
-    if widget.call_after_refresh(done.set):
-        await asyncio.wait_for(done.wait(), KEY_TIMEOUT)
+#: whether one screen update Textual hands its driver shows what a key changed
+Shows = Callable[[Screen[object], RenderableType], bool]
 
 
-async def key_to_screen(
-    app: App[None], key: str, changed: Callable[[], bool], ph: Phase, label: str
-) -> float | None:
+class Displays:
+    """Every screen update the app hands its driver (``App._display``: what a terminal would be
+    sent, drawn in full even headless), offered to the key waiting for its change to be shown.
+
+    A key is on screen at the first update that shows its change, whenever that comes: asking
+    for a callback after the next refresh once the change was seen (``call_after_refresh``)
+    missed an update drawn before the poll saw the change, and waited for the one after it."""
+
+    def __init__(self, app: App[None]) -> None:
+        self._waiting: tuple[Shows, asyncio.Future[float]] | None = None
+        shown = app._display
+
+        def display(screen: Screen[object], update: RenderableType | None) -> None:
+            shown(screen, update)
+            waiting = self._waiting
+            if (
+                waiting is not None
+                and update is not None
+                and not waiting[1].done()
+                and waiting[0](screen, update)
+            ):
+                waiting[1].set_result(time.perf_counter())
+
+        app._display = display  # type: ignore[method-assign,assignment]
+
+    async def shown(
+        self, key: str | None, app: App[None], shows: Shows, unseen: Callable[[], bool] | None = None
+    ) -> float | None:
+        """Send ``key`` (None: none) and return when the first update that ``shows`` it was
+        drawn, or when ``unseen()`` first holds: a change with nothing to draw (None: neither
+        within ``KEY_TIMEOUT``)."""
+        done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._waiting = (shows, done)
+        polling = asyncio.ensure_future(self._poll(unseen, done)) if unseen is not None else None
+        try:
+            if key is not None:
+                send_key(app, key)
+            return await asyncio.wait_for(done, KEY_TIMEOUT)
+        except TimeoutError:
+            return None
+        finally:
+            self._waiting = None
+            if polling is not None:
+                polling.cancel()
+
+    @staticmethod
+    async def _poll(unseen: Callable[[], bool], done: asyncio.Future[float]) -> None:
+        await until(unseen)
+        if not done.done():
+            done.set_result(time.perf_counter())
+
+
+async def key_to_screen(app: App[None], key: str, shows: Shows, ph: Phase, label: str) -> float | None:
     """The key's time to screen, recorded under ``label``; returns when the key was sent."""
     t0 = time.perf_counter()
-    send_key(app, key)
-    if not await until(changed):
+    at = await DISPLAYS[app].shown(key, app, shows)
+    if at is None:
         ph.timeouts += 1
         return None
-    await refreshed(app.screen)
-    ph.keys.setdefault(label, []).append(time.perf_counter() - t0)
+    ph.keys.setdefault(label, []).append(at - t0)
     return t0
 
 
@@ -269,22 +320,37 @@ async def _key_round(app: FleetApp | BareApp, ph: Phase) -> None:
     await key_to_screen(
         app,
         "question_mark",
-        lambda: isinstance(app.screen, HelpScreen) and app.screen.is_mounted,
+        lambda screen, _: isinstance(screen, HelpScreen) and screen is app.screen,
         ph,
         "? help",
     )
-    await key_to_screen(app, "escape", lambda: app.screen is main, ph, "esc close")
+    # the uncovered screen drawn whole (a partial update of it would still show the dialog)
+    await key_to_screen(
+        app,
+        "escape",
+        lambda screen, update: screen is main and isinstance(update, LayoutUpdate),
+        ph,
+        "esc close",
+    )
     queue = app.queue
     if queue.row_count > 1:
         row = queue.cursor_row
         key = "down" if row < queue.row_count - 1 else "up"
-        t0 = await key_to_screen(app, key, lambda: queue.cursor_row != row, ph, "cursor move")
+        t0 = await key_to_screen(
+            app, key, lambda screen, _: screen is main and queue.cursor_row != row, ph, "cursor move"
+        )
         if t0 is not None and isinstance(app, FleetApp):  # the new task's stored events drawn too
-            if not await until(lambda: not app.stream.filling):
+            stream = app.stream
+            at = await DISPLAYS[app].shown(
+                None,
+                app,
+                lambda screen, _: screen is main and not stream.filling,
+                unseen=lambda: not stream.filling and not stream.lines,  # no stored events to draw
+            )
+            if at is None:
                 ph.timeouts += 1
                 return
-            await refreshed(app.screen)
-            ph.keys.setdefault("stream fill", []).append(time.perf_counter() - t0)
+            ph.keys.setdefault("stream fill", []).append(at - t0)
 
 
 async def measure(
@@ -530,6 +596,7 @@ async def bench(args: argparse.Namespace, tmp: Path) -> None:
     app = FleetApp(hosted, run_engine=hosted.run, on_quit="leave" if engine_proc else "stop")
     bare = BareApp(args.agents, app.help_sections())
     async with bare.run_test(size=(160, 48)):
+        DISPLAYS[bare] = Displays(bare)
         probe = Probe()
         probe.start()
         try:
@@ -575,6 +642,7 @@ async def cockpit_phases(args: argparse.Namespace, app: FleetApp, hosted: Engine
         return len(tasks) == args.agents and all(t.status in TERMINAL for t in tasks)
 
     async with app.run_test(size=(160, 48)):
+        DISPLAYS[app] = Displays(app)
         app.queue.set_show_finished(True)  # the finished rows stay for the "idle after" cursor moves
         await until(lambda: app.queue.row_count == args.agents)
         await asyncio.sleep(SETTLE_S)  # idle means settled: not the first seconds after start-up
