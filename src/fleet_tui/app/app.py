@@ -33,6 +33,7 @@ from textual.notifications import SeverityLevel
 from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
+from fleet_tui.app.collector import CollectorHold
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
 from fleet_tui.app.hosted import EngineThread, KeyPriority
@@ -219,6 +220,7 @@ class FleetApp(WheelKeys, App[None]):
         self.gauges = GaugesPane(id="gauges")
         #: a hosted engine's loop stands aside while a key is in hand (hosted.KeyPriority)
         self._key_priority: KeyPriority | None = engine.priority if isinstance(engine, EngineThread) else None
+        self.collector = CollectorHold()
 
     # ------------------------------------------------------------------ layout
 
@@ -227,9 +229,12 @@ class FleetApp(WheelKeys, App[None]):
 
     async def on_event(self, event: events.Event) -> None:
         """A key comes first: the hosted engine's loop stands aside for a moment after each one
-        (``hosted.KeyPriority``) while the cockpit handles it and draws what it changed."""
-        if self._key_priority is not None and isinstance(event, events.Key) and not event.is_forwarded:
-            self._key_priority.key()
+        (``hosted.KeyPriority``), and Python's garbage collector waits (``collector.py``), while
+        the cockpit handles it and draws what it changed."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            self.collector.key()  # and the garbage collector waits (collector.py)
+            if self._key_priority is not None:
+                self._key_priority.key()
         await super().on_event(event)
 
     def compose(self) -> ComposeResult:
@@ -275,6 +280,7 @@ class FleetApp(WheelKeys, App[None]):
             gc.set_threshold(max(GC_YOUNG, self._gc_threshold[0]), *self._gc_threshold[1:])
 
     def on_unmount(self) -> None:
+        self.collector.release()
         if self._gc_threshold is not None:
             gc.set_threshold(*self._gc_threshold)
             gc.unfreeze()
