@@ -233,7 +233,7 @@ class FleetApp(WheelKeys, App[None]):
         (``hosted.KeyPriority``), and Python's garbage collector waits (``collector.py``), while
         the cockpit handles it and draws what it changed."""
         if isinstance(event, events.Key) and not event.is_forwarded:
-            self.collector.key()  # and the garbage collector waits (collector.py)
+            self.collector.key()
             if self._key_priority is not None:
                 self._key_priority.key()
         await super().on_event(event)
