@@ -290,8 +290,7 @@ class FleetApp(WheelKeys, App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Cockpit keys act on the queue's selection, so they work only on the main screen
         (a dialog or the detail screen on top hides them from the footer too)."""
-        on_top = self.screen is not self.screen_stack[0]
-        if on_top and action in self.MAIN_ACTIONS:
+        if self._covered and action in self.MAIN_ACTIONS:
             return False
         # the priority keys are plain characters while someone types in a text field
         if action == "jump_close":
@@ -392,14 +391,12 @@ class FleetApp(WheelKeys, App[None]):
         if selected is not None and selected in changes.rows:
             self._retitle_stream(selected)
         if changes.snapshot:
-            if self.screen_stack and self.screen_stack[-1] is not self.screen_stack[0]:
-                # covered: the gauges, sparklines and elapsed times wait for the frame after the
+            if self._covered:
+                # the gauges, sparklines and elapsed times wait for the frame after the
                 # uncovering too, so the uncovered screen is drawn from the panes' kept lines
                 # (redrawn under a loud fleet they were 8 of a slow close's 14 ms)
                 self._snapshot_held = True
-                if not self._frame_pending:
-                    self._frame_pending = True
-                    self.set_timer(FRAME_SECONDS, self._frame)
+                self._frame_soon()
             else:
                 self._show_snapshot(now)
         else:
@@ -415,7 +412,18 @@ class FleetApp(WheelKeys, App[None]):
                     self.set_timer(0.25, self._header_due)
         if self.stream.task_id is None:
             self._settle_stream()
-        if not self._frame_pending and (self.stream.pending or self.queue.repaint_pending):
+        if self.stream.pending or self.queue.repaint_pending:
+            self._frame_soon()
+
+    @property
+    def _covered(self) -> bool:
+        """A dialog or another screen is on top of the main screen (the panes)."""
+        stack = self.screen_stack
+        return bool(stack) and stack[-1] is not stack[0]
+
+    def _frame_soon(self) -> None:
+        """The next live frame, a frame's time from now (one at a time)."""
+        if not self._frame_pending:
             self._frame_pending = True
             self.set_timer(FRAME_SECONDS, self._frame)
 
@@ -428,10 +436,9 @@ class FleetApp(WheelKeys, App[None]):
 
     def _frame(self) -> None:
         self._frame_pending = False
-        stack = self.screen_stack
-        if not stack:  # the app is closing: its screens are gone before a timer set just before
+        if not self.screen_stack:  # the app is closing: its screens are gone before a timer set just before
             return
-        if stack[-1] is not stack[0]:
+        if self._covered:
             # a dialog or the detail screen covers the panes: their live lines and cells wait
             # (drawn beneath a see-through dialog they cost a redraw of the whole cockpit a
             # frame), and are drawn in a frame after the one that uncovers them, so closing the
@@ -449,8 +456,7 @@ class FleetApp(WheelKeys, App[None]):
         drawn in a third of the closes under a loud fleet, which then drew the stream too)."""
         if self._frame_held:
             self._frame_held = False
-            self._frame_pending = True
-            self.set_timer(FRAME_SECONDS, self._frame)
+            self._frame_soon()
 
     def _header_due(self) -> None:
         self._header_pending = False
