@@ -536,6 +536,29 @@ class _NoTick:
         pass
 
 
+async def test_containers_their_panes_cover_are_not_drawn_and_the_screen_looks_the_same() -> None:
+    """A full repaint (closing a dialog) walks every widget Textual draws: the rows holding the
+    panes and the sparklines are left out (``visibility: hidden``, their children shown), and the
+    screen drawn without them is the one drawn with them, cell for cell and style for style."""
+    app = sc.make_app(sc.gauges_fleet())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        hidden = [app.query_one("#top"), app.query_one("#bottom"), app.query_one("#pulse")]
+        hidden += list(app.query(".pulse-row"))
+        assert len(hidden) >= 4
+        drawn = screen._compositor.visible_widgets
+        assert not [w for w in hidden if w in drawn]
+        shown = [app.queue_pane, app.stream, app.inbox, app.gauges, *app.query(".pulse-line")]
+        assert all(w in drawn for w in shown)
+        without = screen._compositor.render_strips()
+        for widget in hidden:
+            widget.styles.visibility = "visible"
+        await pilot.pause()
+        assert all(w in screen._compositor.visible_widgets for w in hidden)
+        assert screen._compositor.render_strips() == without
+
+
 async def test_closing_a_dialog_draws_the_uncovered_screen_at_once_not_at_the_next_tick() -> None:
     """Textual draws a screen from a 60 Hz update timer; under a loud fleet that timer had often
     just ticked, and a close waited for the next tick with nothing else to do. Here the main
