@@ -773,6 +773,36 @@ async def test_the_streams_scroll_bar_is_redrawn_only_when_it_would_look_differe
         assert bar.position == 0
 
 
+async def test_a_growing_streams_scroll_bar_is_put_together_from_rows_textual_drew() -> None:
+    """While the log grows its thumb moves every frame: the bar is put together from the rows
+    drawn before for the same look, and each time it is the bar textual draws."""
+    engine = sc.several_running()
+    engine.events_by_task["t-0002"] = [
+        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:04d}") for i in range(40)
+    ]
+    app = sc.make_app(engine)
+    async with app.run_test(size=(160, 48)) as pilot:  # wide: the stream has its bar
+        await wait_for(pilot, lambda: engine.subscribers)
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
+        bar = app.stream.vertical_scrollbar
+        assert isinstance(bar, SteadyScrollBar)
+        await wait_for(pilot, lambda: bar.display, "the bar shown")
+        seen: set[tuple[object, ...]] = set()
+        for n in range(40, 400, 9):  # the thumb shrinks and moves down, in eighths of a cell
+            batch = [Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i}") for i in range(n, n + 9)]
+            engine.push(*(AgentEvent(e) for e in batch))
+            await wait_for(pilot, lambda: bar.window_virtual_size == n + 9, "the log grown")  # noqa: B023
+            await pilot.pause()
+            full = bar.size.region
+            shown = bar.render_lines(full)
+            seen.add(bar.appearance()[1])
+            bar._styles_cache.clear()
+            assert super(SteadyScrollBar, bar).render_lines(full) == shown  # textual's own bar
+        assert len(seen) > 20
+        assert bar.assembled >= len(seen) // 2  # most of them put together
+
+
 async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_a_full_draw() -> None:
     """Following a live agent, a frame draws the new line (and the border), not every line in
     view again: the rows of the lines still in view are kept from the last draw, moved up. They
