@@ -477,6 +477,38 @@ async def test_the_stream_draws_the_lines_in_view_and_the_others_when_scrolled_t
         assert stream.lines[150] is UNDRAWN  # never shown, never drawn
 
 
+async def test_live_lines_a_screenful_above_the_view_are_not_kept_drawn() -> None:
+    """Following a live agent, each line is drawn as it comes; once it is more than a screenful
+    above the view it is kept as its event only (the screen lines were most of what Python's
+    collector walked under a loud fleet), and drawn again with its own text when scrolled to."""
+    engine = sc.several_running()
+    engine.events_by_task["t-0002"] = []
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and not app.stream.filling, "fill")
+        stream = app.stream
+        for start in range(0, 200, 10):
+            engine.push(
+                *(
+                    AgentEvent(Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}"))
+                    for i in range(start, start + 10)
+                )
+            )
+            await wait_for(
+                pilot,
+                lambda: bool(stream.lines) and f"line {start + 9:03d}" in stream.lines[-1].text,  # noqa: B023
+                "drawn",
+            )
+        drawn = [i for i, line in enumerate(stream.lines) if line is not UNDRAWN]
+        assert len(stream.lines) == 200
+        assert len(drawn) <= 2 * stream.size.height and drawn[-1] == 199
+        stream.scroll_home(animate=False, immediate=True)
+        await wait_for(pilot, lambda: stream.lines[0] is not UNDRAWN, "the top line drawn")
+        assert "line 000" in stream.lines[0].text and "line 001" in stream.lines[1].text
+
+
 async def test_live_lines_wait_while_a_dialog_covers_the_panes_and_come_after_it_closes() -> None:
     """Closing a dialog is drawn without the live lines that came while it was open (under a
     loud fleet they made every close a redraw of the stream); they follow a frame later."""

@@ -26,6 +26,7 @@ from typing import Self
 
 from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.events import Resize
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
@@ -40,6 +41,8 @@ from fleet_tui.scheduler.model import Event
 
 MAX_LINES = 2000
 FILL_LIMIT = 200  # a screenful or four; the detail screen and `fleet-tui logs` have the rest
+#: lines kept cut to the pane's width by ``RichLog`` (its own keeps 1024): a few screenfuls
+LINE_CACHE = 256
 
 #: a kept line not drawn yet: ``StreamLog._render_line`` draws it from the event behind it
 UNDRAWN = Strip([])
@@ -92,6 +95,8 @@ class StreamLog(RichLog):
         self._width = 0  # the width the kept lines were cut to
         self._hint: str | None = None
         self._pass_style: Style | None = None  # the widget's style, during one ``render_lines``
+        self._drawn_from = 0  # lines before this one are UNDRAWN (``_append``), unless scrolled to
+        self._line_cache = LRUCache(LINE_CACHE)
         self.flushes = 0
 
     @property
@@ -240,6 +245,7 @@ class StreamLog(RichLog):
 
     def clear(self) -> Self:
         self._rows.clear()  # the kept lines are numbered from 0 again
+        self._drawn_from = 0
         return super().clear()
 
     def _rows_for(self, crop: Region) -> list[Strip]:
@@ -305,6 +311,7 @@ class StreamLog(RichLog):
         if y < len(self.lines) and self.lines[y] is UNDRAWN:  # scrolled to: drawn now, once
             # ``_shown`` keeps the items behind the kept lines, in the same order, to the same cap
             self.lines[y] = self._strip(self._line(self._shown[y - len(self.lines)], self._width))
+            self._drawn_from = min(self._drawn_from, y)
         return super()._render_line(y, scroll_x, width)
 
     def _wrapped(self, items: Sequence[Event | str], width: int) -> list[Event | str]:
@@ -342,9 +349,15 @@ class StreamLog(RichLog):
         strips = [UNDRAWN] * undrawn + [self._strip(self._line(item, width)) for item in items[undrawn:]]
         self.lines.extend(strips)
         if self.max_lines is not None and len(self.lines) > self.max_lines:
-            self._start_line += len(self.lines) - self.max_lines
+            cut = len(self.lines) - self.max_lines
+            self._start_line += cut
+            self._drawn_from = max(self._drawn_from - cut, 0)
             self.refresh()
             self.lines = self.lines[-self.max_lines :]
+        # what scrolled a screenful past the view is drawn again if scrolled back to
+        if (end := len(self.lines) - 2 * drawn) > self._drawn_from:
+            self.lines[self._drawn_from : end] = [UNDRAWN] * (end - self._drawn_from)
+            self._drawn_from = end
         widest = width if undrawn else max(s.cell_length for s in strips)
         self._widest_line_width = max(self._widest_line_width, widest)
         self.virtual_size = Size(self._widest_line_width, len(self.lines))
