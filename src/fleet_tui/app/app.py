@@ -33,6 +33,7 @@ from textual.notifications import SeverityLevel
 from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
+from fleet_tui.app import strips
 from fleet_tui.app.collector import CollectorHold
 from fleet_tui.app.commands import FleetCommands
 from fleet_tui.app.format import diffstat, inert, parse_filter, state_text
@@ -178,6 +179,7 @@ class FleetApp(WheelKeys, App[None]):
         hangup: bool = False,
         adoptable: bool = True,
     ) -> None:
+        strips.install()  # screen lines freed when dropped, not by the cyclic collector (strips.py)
         super().__init__()
         self.engine = engine
         #: SIGHUP and SIGTERM close the cockpit as ``q`` does (``_on_hangup``); set by the launcher
