@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual import events
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.hosted import EngineThread, KeyPriority
@@ -553,6 +554,47 @@ async def test_the_engines_loop_stands_aside_after_a_key_until_released() -> Non
         hosted.stop()
 
 
+async def test_the_engines_loop_stands_aside_between_the_callbacks_of_one_turn() -> None:
+    """Under a loud fleet one turn of the engine's loop runs the callbacks of dozens of agents'
+    output: a key that arrives during the turn holds back the callbacks still to run in it."""
+    fake = ThreadFake()
+    hosted = EngineThread(fake, fake.run)
+    hosted.priority.cap = 60.0  # a window only release() ends, however slow the machine
+    runner = asyncio.create_task(hosted.run())
+    ran: list[int] = []
+
+    async def one_turn(engine: ThreadFake) -> None:  # five callbacks, ready in the same turn
+        loop = asyncio.get_running_loop()
+        assert type(loop._ready).__name__ == "_KeyFirstReady"  # type: ignore[attr-defined]
+
+        def first() -> None:
+            hosted.priority.key()  # the cockpit gets a key while the turn runs
+            ran.append(1)
+
+        loop.call_soon(first)
+        for n in range(2, 6):
+            loop.call_soon(ran.append, n)
+
+    turn = asyncio.ensure_future(hosted.call(one_turn))
+    try:
+        deadline = time.monotonic() + 30
+        while hosted.priority.waits == 0:
+            assert time.monotonic() < deadline, "the engine's loop never stood aside"
+            await asyncio.sleep(0.01)
+        for _ in range(5):  # the cockpit's loop goes on meanwhile
+            await asyncio.sleep(0.01)
+        assert ran == [1]  # the turn's other callbacks wait for the key
+        hosted.priority.release()
+        while ran != [1, 2, 3, 4, 5]:
+            assert time.monotonic() < deadline, "the turn did not go on"
+            await asyncio.sleep(0.01)
+    finally:
+        hosted.priority.release()
+        await turn
+        runner.cancel()
+        hosted.stop()
+
+
 def test_a_key_window_ends_by_itself_and_a_held_key_never_stops_the_engine() -> None:
     p = KeyPriority(cap=0.5)
     p.stand_aside()
@@ -623,6 +665,31 @@ async def test_each_key_the_cockpit_handles_opens_a_window_for_its_hosted_engine
             await wait_for(pilot, lambda: app.queue.row_count > 0, "the queue")
             for key in ("down", "question_mark", "escape"):
                 await pilot.press(key)
-            assert priority.keys == 3
+            # each key twice: as the driver hands it over, and as the cockpit's loop takes it
+            # (the window then ends a whole window after the key is handled)
+            assert priority.keys == 6
+    finally:
+        hosted.stop()
+
+
+async def test_a_key_is_in_hand_as_soon_as_the_terminals_driver_hands_it_over() -> None:
+    """The driver hands keys over from its input thread; the window opens then, before the
+    cockpit's loop (busy drawing a frame, say) has taken the key."""
+    engine = sc.several_running()
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    hosted = EngineThread(engine, run=forever)
+    priority = hosted.priority = CountingPriority()
+    app = sc.make_app(hosted)  # type: ignore[arg-type]
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.queue.row_count > 0, "the queue")
+            before = priority.keys
+            assert app._driver is not None
+            app._driver.send_message(events.Key("down", None))  # as the driver's input thread does
+            assert priority.keys == before + 1  # at once: the loop has not taken the key yet
+            await wait_for(pilot, lambda: app.queue.cursor_row == 1, "the key handled")
     finally:
         hosted.stop()

@@ -38,9 +38,11 @@ lag's p99 from 45.0 to 34.6 ms and an ``esc`` close's p99 from 89.8 to 57.0 ms.
 A fair share of the lock is still too little for a key: under 32 agents at 200 events/s the
 engine's thread held it half the time, so drawing what a key changed took up to twice as long as
 on an idle cockpit. A person's key comes first: for ``KEY_PRIORITY_S`` after each key, the
-engine's thread stands aside between two turns of its loop (``KeyPriority``). Nothing is lost
-meanwhile: the agents' output waits in its files and pipes, and a cockpit that waits on the
-engine ends the standing aside.
+engine's thread stands aside (``KeyPriority``) before each callback of its loop, not only between
+two turns of it: under that load one turn ran the callbacks of dozens of agents' output, up to
+30 ms with the lock taken half the time, and a key's drawing still took twice its time
+(``_KeyFirstReady``). Nothing is lost meanwhile: the agents' output waits in its files and pipes,
+and a cockpit that waits on the engine ends the standing aside.
 
 Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
 Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
@@ -164,6 +166,20 @@ class _KeyFirstSelector(selectors.DefaultSelector):
         return ready
 
 
+class _KeyFirstReady(deque[Any]):
+    """The engine loop's queue of ready callbacks (asyncio's ``_ready``, which its loop takes
+    each callback from with ``popleft``): stands aside for a key in hand before each one. A
+    plain ``deque`` otherwise; when no key is in hand the check is one ``Event.is_set``."""
+
+    def __init__(self, priority: KeyPriority) -> None:
+        super().__init__()
+        self._stand_aside = priority.stand_aside
+
+    def popleft(self) -> Any:
+        self._stand_aside()
+        return super().popleft()
+
+
 class EngineThread:
     """``EngineThread(engine, run=engine.run)``: ``engine`` (an Engine or an AttachedView) with its
     loop on a thread named ``fleet-engine``, niced by ``nice`` (``engine_nice``);
@@ -204,6 +220,10 @@ class EngineThread:
             if self._loop is None:
                 ready = threading.Event()
                 loop = asyncio.SelectorEventLoop(_KeyFirstSelector(self.priority))
+                # python's asyncio takes ready callbacks from ``_ready``, a deque (3.11-3.13);
+                # tests/app/test_hosted.py checks it still does
+                if type(getattr(loop, "_ready", None)) is deque:
+                    loop._ready = _KeyFirstReady(self.priority)  # type: ignore[attr-defined]
 
                 def main() -> None:
                     nice_this_thread(self.nice)  # before its worker threads: they inherit it
