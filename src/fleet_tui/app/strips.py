@@ -6,9 +6,10 @@ compositor cuts every line of every widget at the edges of the widgets beside it
 have none inside them) and ``crop_extend`` to its own length (``RichLog`` crops each line it
 shows to the pane's width, and the stream's lines are already cut to it). The strip then holds
 itself: a reference cycle that reference counting cannot free. Under 32 agents at 200 events/s
-those were most of the screen lines the cockpit drew, each with its seven caches: the collector
-found them by walking the heap, 5-17 ms a young collection and 17-60 ms an older one, with the
-interpreter lock held, and a key that landed in one waited for all of it.
+the collector's middle generation held 3,300 strips and 23,000 of their caches (a strip keeps
+seven), and its collections took 17-60 ms with the interpreter lock held: a key that landed in
+one waited for all of it. With the cycles gone the collector had a quarter less work in a run of
+that load (bench/README.md's notes).
 
 ``install()`` (once, by ``FleetApp``) gives ``Strip`` the two methods answering the strip itself
 without caching it: what they return is the same (textual's own methods return that strip from
