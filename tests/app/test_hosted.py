@@ -5,6 +5,7 @@ thread of every store call and profiling the cockpit's thread, not by timing any
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 import threading
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from textual import events
+from textual.pilot import Pilot
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.hosted import EngineThread, KeyPriority
@@ -651,7 +653,9 @@ class CountingPriority(KeyPriority):
         super().key()
 
 
-async def test_each_key_the_cockpit_handles_opens_a_window_for_its_hosted_engine() -> None:
+@contextlib.asynccontextmanager
+async def counting_cockpit() -> AsyncIterator[tuple[FleetApp, Pilot[None], CountingPriority]]:
+    """A cockpit on a hosted engine whose key windows are counted, its queue shown."""
     engine = sc.several_running()
 
     async def forever() -> None:
@@ -663,33 +667,26 @@ async def test_each_key_the_cockpit_handles_opens_a_window_for_its_hosted_engine
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_for(pilot, lambda: app.queue.row_count > 0, "the queue")
-            for key in ("down", "question_mark", "escape"):
-                await pilot.press(key)
-            # each key twice: as the driver hands it over, and as the cockpit's loop takes it
-            # (the window then ends a whole window after the key is handled)
-            assert priority.keys == 6
+            yield app, pilot, priority
     finally:
         hosted.stop()
+
+
+async def test_each_key_the_cockpit_handles_opens_a_window_for_its_hosted_engine() -> None:
+    async with counting_cockpit() as (_, pilot, priority):
+        for key in ("down", "question_mark", "escape"):
+            await pilot.press(key)
+        # each key twice: as the driver hands it over, and as the cockpit's loop takes it
+        # (the window then ends a whole window after the key is handled)
+        assert priority.keys == 6
 
 
 async def test_a_key_is_in_hand_as_soon_as_the_terminals_driver_hands_it_over() -> None:
     """The driver hands keys over from its input thread; the window opens then, before the
     cockpit's loop (busy drawing a frame, say) has taken the key."""
-    engine = sc.several_running()
-
-    async def forever() -> None:
-        await asyncio.Event().wait()
-
-    hosted = EngineThread(engine, run=forever)
-    priority = hosted.priority = CountingPriority()
-    app = sc.make_app(hosted)  # type: ignore[arg-type]
-    try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_for(pilot, lambda: app.queue.row_count > 0, "the queue")
-            before = priority.keys
-            assert app._driver is not None
-            app._driver.send_message(events.Key("down", None))  # as the driver's input thread does
-            assert priority.keys == before + 1  # at once: the loop has not taken the key yet
-            await wait_for(pilot, lambda: app.queue.cursor_row == 1, "the key handled")
-    finally:
-        hosted.stop()
+    async with counting_cockpit() as (app, pilot, priority):
+        before = priority.keys
+        assert app._driver is not None
+        app._driver.send_message(events.Key("down", None))  # as the driver's input thread does
+        assert priority.keys == before + 1  # at once: the loop has not taken the key yet
+        await wait_for(pilot, lambda: app.queue.cursor_row == 1, "the key handled")
