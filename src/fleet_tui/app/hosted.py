@@ -110,12 +110,13 @@ def nice_this_thread(step: int) -> None:
 class KeyPriority:
     """A key in hand on the cockpit's thread, which the hosted engine's loop stands aside for.
 
-    ``key()`` (the cockpit's thread, as a key arrives) gives the key a window of ``cap`` seconds
+    ``key()`` (as a key arrives: on the terminal driver's input thread, and again as the cockpit's
+    loop takes it) gives the key a window of ``cap`` seconds
     from now: a key pressed inside another's window moves its end (a help closed 40 ms after it
     opened, under 32 loud agents, used to find the engine back, and running its own ``cap / 2``,
     for most of its close). ``release()`` closes the window early: the cockpit calls it whenever
     it waits on the engine's loop, which must not wait for the cockpit in turn. The engine's
-    thread calls ``stand_aside()`` between two turns of its loop: inside a window it waits, with
+    thread calls ``stand_aside()`` before each callback of its loop: inside a window it waits, with
     the interpreter lock free, until the window ends, at most ``2 * cap`` at a time. After each
     wait the engine runs at least ``cap / 2`` before it stands aside again, so a key held down
     (auto-repeat) slows the engine, never stops it."""
@@ -126,7 +127,7 @@ class KeyPriority:
         self._free.set()
         self._until = 0.0
         self._runs_until = 0.0  # the engine's own time after a wait (monotonic)
-        self.waits = 0  # turns of the engine's loop that stood aside (for tests and benches)
+        self.waits = 0  # times the engine's loop stood aside (for tests and benches)
 
     def key(self) -> None:
         self._until = time.monotonic() + self.cap
@@ -154,7 +155,9 @@ class KeyPriority:
 
 class _KeyFirstSelector(selectors.DefaultSelector):
     """The engine loop's selector: each turn of an asyncio loop starts with ``select``; this one
-    stands aside for a key in hand once the wait for I/O is over, before the turn's callbacks."""
+    stands aside for a key in hand once the wait for I/O is over, before the turn's callbacks.
+    Where ``_KeyFirstReady`` is in place the turn's first callback stands aside anyway; this is
+    what is left where asyncio's ready queue is not the deque it replaces."""
 
     def __init__(self, priority: KeyPriority) -> None:
         super().__init__()

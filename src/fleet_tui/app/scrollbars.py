@@ -113,8 +113,8 @@ class SteadyScrollBar(ScrollBar):
         renderable = self.render()
         if not self.vertical or width != 1 or not isinstance(renderable, ScrollBarRender):
             return None
-        style = renderable.style if not isinstance(renderable.style, str) else None
-        if style is None:
+        style = renderable.style
+        if isinstance(style, str):  # a style by name: left to textual's own drawing
             return None
         bar = renderable.render_bar(
             size=height,
