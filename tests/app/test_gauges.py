@@ -3,12 +3,23 @@ sparklines of the fleet's pulse, at 80x24, 120x36 and 200x60."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from rich.style import Style
+from rich.text import Text
+from textual.color import Color
+from textual.containers import Horizontal
+from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.strip import Strip
+from textual.widgets import Sparkline, Static
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.panes import PulseLines
+from fleet_tui.gauges import Pulse
+from fleet_tui.scheduler.series import KEEP
 
 from . import scenarios as sc
 from .helpers import wait_for
@@ -61,8 +72,7 @@ async def test_sparklines_per_host_on_demand() -> None:
     app = sc.make_app(sc.gauges_fleet())
     async with app.run_test(size=(200, 60)) as pilot:
         await settle(pilot)
-        rows = app.gauges.pulse_rows
-        assert [r.label.render().plain.split()[0] for r in rows] == [  # type: ignore[union-attr]
+        assert [label.split()[0] for label in app.gauges.pulse_labels] == [
             "agents",
             "events/s",
             "tok/min",
@@ -70,8 +80,8 @@ async def test_sparklines_per_host_on_demand() -> None:
         ]
         app.gauges.focus()
         await pilot.press("h")
-        await wait_for(pilot, lambda: len(app.gauges.pulse_rows) > 4, "per-host sparklines")
-        labels = [str(r.label.render()) for r in app.gauges.pulse_rows]
+        await wait_for(pilot, lambda: len(app.gauges.pulse_labels) > 4, "per-host sparklines")
+        labels = app.gauges.pulse_labels
         assert [label.split()[:2] for label in labels[4:]] == [["box1", "agents"], ["box2", "agents"]]
 
 
@@ -93,3 +103,81 @@ async def test_an_accounts_label_is_cut_only_where_the_pane_has_no_room() -> Non
         shown = bars(app)
         assert "slots 3/4 load 2.4/core" in shown  # paired: two gauges a line
         assert "sim:sim-b 50%" in shown, shown
+
+
+def cells(app: FleetApp, region: Region) -> list[list[tuple[str, Style]]]:
+    """The screen's cells in ``region`` as drawn: each character and its style (without the
+    meta data Textual's own widgets attach for the mouse)."""
+    strips = app.screen._compositor.render_strips()[region.y : region.bottom]
+    return [
+        [
+            (ch, seg.style.clear_meta_and_links() if seg.style else Style())
+            for seg in strip.crop(region.x, region.right)
+            for ch in seg.text
+        ]
+        for strip in strips
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+async def test_the_pulse_lines_are_drawn_as_textuals_own_label_and_sparkline_widgets(theme: str) -> None:
+    """One widget draws every pulse line (nine widgets did: a full repaint walked and cut each);
+    each line is what a 22-cell label and Textual's ``Sparkline`` widget beside it draw, in the
+    pane's colours, cell for cell and style for style."""
+    app = sc.make_app(sc.gauges_fleet())
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.theme = theme
+        await settle(pilot)
+        pulse = app.gauges.pulse
+        assert len(pulse.labels) >= 3  # as many as the pane has lines left for
+        region = pulse.region
+        assert region.width > PulseLines.LABEL_WIDTH
+        ours = cells(app, region)
+
+        # the same lines from textual's widgets, in the colours fleet.tcss gives the pulse
+        colors = app.theme_variables
+        muted = Color.parse(colors["foreground-muted"])
+        accent, primary = Color.parse(colors["accent"]), Color.parse(colors["primary"]).with_alpha(0.5)
+        rows = []
+        for label, p in zip(pulse.labels, pulse._pulses, strict=True):
+            text = Static(Text(label, no_wrap=True))
+            text.styles.width = PulseLines.LABEL_WIDTH
+            text.styles.color = muted
+            values = list(p.values)
+            line = Sparkline([0.0] * (KEEP - len(values)) + values, min_color=primary, max_color=accent)
+            line.styles.width = "1fr"
+            row = Horizontal(text, line)
+            row.styles.height = 1
+            rows.append(row)
+        pulse.display = False
+        await app.gauges.mount_all(rows)
+        await pilot.pause()
+        assert rows[0].region.y == region.y
+        assert cells(app, region) == ours
+
+
+@pytest.mark.anyio
+async def test_the_pulse_lines_are_drawn_once_for_many_repaints() -> None:
+    app = sc.make_app(sc.gauges_fleet())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        pulse = app.gauges.pulse
+        draws = 0
+        draw = pulse._draw
+
+        def counted(p: Pulse, width: int) -> Strip:
+            nonlocal draws
+            draws += 1
+            return draw(p, width)
+
+        pulse._draw = counted  # type: ignore[method-assign,assignment]
+        for _ in range(3):  # full repaints, as closing a dialog does
+            app.screen.refresh()
+            await pilot.pause()
+            app.screen._compositor.render_strips()
+        assert draws == 0
+        pulse.set([replace(p, now=p.now + "1") for p in pulse._pulses])
+        await pilot.pause()
+        app.screen._compositor.render_strips()
+        assert draws == len(pulse.labels) >= 3

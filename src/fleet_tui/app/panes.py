@@ -5,21 +5,29 @@ live gauge/question events, through ``reactive`` attributes as Textual's own wid
 header's ``line`` and the gauges' ``figures``; setting one to what it already holds draws nothing.
 The header's text is built by ``format``; the gauges' figures and states by ``fleet_tui.gauges``
 (shared with ``status --gauges``), so the panes only draw them: a bar per gauge coloured by state
-through the theme (ok / near / held), the number beside it, and Textual ``Sparkline`` widgets for
-the fleet's pulse (per host on demand, ``h``). The pane fits its size: when the bars do not fit one
-per line they pair up and drop their notes, and sparklines get whatever lines are left.
+through the theme (ok / near / held), the number beside it, and Textual's sparklines for the
+fleet's pulse (per host on demand, ``h``), all drawn by one widget (``PulseLines``). The pane fits
+its size: when the bars do not fit one per line they pair up and drop their notes, and sparklines
+get whatever lines are left.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
+from textual.geometry import Size
 from textual.reactive import reactive
-from textual.widgets import Sparkline, Static
+from textual.renderables.sparkline import Sparkline as SparklineRenderable
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Static
 
 from fleet_tui.app.format import header_text, inert
 from fleet_tui.app.theme import ThemeStyles
@@ -46,27 +54,81 @@ class FleetHeader(Static):
         self.update(Text(line, no_wrap=True, overflow="ellipsis"), layout=False)
 
 
-class PulseRow(Horizontal):
-    """One sparkline with its label and latest figure."""
+class PulseLines(Widget):
+    """The fleet's pulse: one line per sparkline, its label and latest figure in ``LABEL_WIDTH``
+    cells, then Textual's sparkline over the rest of the line.
 
-    def __init__(self, pulse: Pulse) -> None:
-        super().__init__(classes="pulse-row")
-        self.label = Static("", classes="pulse-label")
-        self.line = Sparkline([0.0], classes="pulse-line")
-        self.set(pulse)
+    One widget draws every line (it was a row of a label and a ``Sparkline`` widget per line,
+    nine widgets in all): a full repaint of the cockpit (closing a dialog) walked each of them
+    and cut every screen line they cover at each one's edges, a third of an idle close's time.
+    The lines are drawn when the figures, the width or the theme change, and kept."""
 
-    def compose(self) -> ComposeResult:
-        yield self.label
-        yield self.line
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"pulse--label", "pulse--max-color", "pulse--min-color"}
+    DEFAULT_CSS = """
+    PulseLines {
+        height: auto;
+    }
+    """
+    #: the label's cells (``agents 3``, ``box1 events/s 120``), as the label column was
+    LABEL_WIDTH = 22
 
-    def set(self, pulse: Pulse) -> None:
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._pulses: tuple[Pulse, ...] = ()
+        self._strips: list[Strip] = []
+        self._drawn_for: tuple[object, ...] = ()
+
+    @property
+    def labels(self) -> list[str]:
+        """Each line's label as shown (read-only, for tests)."""
+        return [self._label(p) for p in self._pulses]
+
+    def set(self, pulses: Sequence[Pulse]) -> None:
+        pulses = tuple(pulses)
+        if pulses == self._pulses:
+            return
+        grew = len(pulses) != len(self._pulses)
+        self._pulses = pulses
+        self.refresh(layout=grew)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self._pulses)
+
+    @staticmethod
+    def _label(pulse: Pulse) -> str:
         who = "" if pulse.host == "fleet" else f"{pulse.host} "
-        text = Text(inert(f"{who}{pulse.label} {pulse.now}", one_line=True), no_wrap=True)
-        self.label.update(text, layout=False)  # a fixed width, one line: its size never changes
-        # the line always spans the hour: a young fleet's few buckets sit at the right end
-        # instead of being stretched over the whole width
-        values = list(pulse.values)
-        self.line.data = [0.0] * max(KEEP - len(values), 0) + values
+        return inert(f"{who}{pulse.label} {pulse.now}", one_line=True)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        key = (self._pulses, width, self.app.theme, self.background_colors)
+        if key != self._drawn_for:
+            self._drawn_for = key
+            self._strips = [self._draw(p, width) for p in self._pulses]
+        return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width)
+
+    def _draw(self, pulse: Pulse, width: int) -> Strip:
+        label_w = min(self.LABEL_WIDTH, width)
+        label = Segment(self._label(pulse), self.get_component_rich_style("pulse--label"))
+        console = self.app.console
+        parts = [Strip([label]).adjust_cell_length(label_w)]
+        line_w = width - label_w
+        if line_w > 0:
+            # as Textual's Sparkline widget draws it: its colours over the pane's background;
+            # the line always spans the hour (a young fleet's few buckets sit at the right end)
+            _, base = self.background_colors
+            values = list(pulse.values)
+            spark = SparklineRenderable(
+                [0.0] * max(KEEP - len(values), 0) + values,
+                width=line_w,
+                height=1,
+                min_color=(base + self.get_component_styles("pulse--min-color").color).rich_color,
+                max_color=(base + self.get_component_styles("pulse--max-color").color).rich_color,
+                summary_function=max,
+            )
+            lines = console.render_lines(spark, console.options.update(width=line_w, height=1), pad=True)
+            parts.append(Strip(lines[0], line_w))
+        return Strip.join(parts).apply_style(Style(bgcolor=self.background_colors[1].rich_color))
 
 
 class GaugesPane(Vertical):
@@ -83,22 +145,21 @@ class GaugesPane(Vertical):
     from each snapshot; a snapshot that changes neither draws nothing."""
 
     @property
-    def pulse_rows(self) -> list[PulseRow]:
-        """The per-host pulse rows on show (read-only)."""
-        return list(self._rows)
+    def pulse_labels(self) -> list[str]:
+        """The sparklines' labels on show, top to bottom (read-only)."""
+        return self.pulse.labels
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.bars = Static("", id="gauge-bars")
-        self.pulse_box = Vertical(id="pulse")
+        self.pulse = PulseLines(id="pulse")
         self.snap: Snapshot | None = None
         self.now = 0.0
-        self._rows: list[PulseRow] = []
         self._bar_lines = -1
 
     def compose(self) -> ComposeResult:
         yield self.bars
-        yield self.pulse_box
+        yield self.pulse
 
     def on_mount(self) -> None:
         self.border_title = "Gauges"
@@ -199,12 +260,5 @@ class GaugesPane(Vertical):
         return out
 
     def _show_pulses(self, shown: list[Pulse]) -> None:
-        if len(shown) != len(self._rows):
-            self.pulse_box.remove_children()
-            self._rows = [PulseRow(p) for p in shown]
-            if self._rows:
-                self.pulse_box.mount_all(self._rows)
-        else:
-            for row, p in zip(self._rows, shown, strict=True):
-                row.set(p)
-        self.pulse_box.display = bool(shown)
+        self.pulse.set(shown)
+        self.pulse.display = bool(shown)
