@@ -26,7 +26,6 @@ from fleet_tui.scheduler.api import CommandResult
 from fleet_tui.scheduler.bus import Bus
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import AgentEvent, EngineEvent, Event, Notice, TaskSpec
-from fleet_tui.scheduler.onloop import give_way
 from fleet_tui.scheduler.states import TERMINAL, TaskStatus
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 from fleet_tui.scheduler.view import AttachedView
@@ -594,42 +593,6 @@ async def test_the_engines_loop_stands_aside_between_the_callbacks_of_one_turn()
     finally:
         hosted.priority.release()
         await turn
-        runner.cancel()
-        hosted.stop()
-
-
-async def test_the_engines_loop_gives_way_to_a_key_inside_a_long_callback() -> None:
-    """Under a loud fleet one callback of the engine's loop parses an agent's backlog for tens of
-    milliseconds: a key that arrives meanwhile holds it at the next point where it gives way
-    (``onloop.give_way``), not only once the callback has ended."""
-    fake = ThreadFake()
-    hosted = EngineThread(fake, fake.run)
-    hosted.priority.cap = 60.0  # a window only release() ends, however slow the machine
-    runner = asyncio.create_task(hosted.run())
-    parsed: list[int] = []
-
-    async def one_long_callback(engine: ThreadFake) -> None:  # no await: one callback
-        for n in range(5):
-            if n == 1:
-                hosted.priority.key()  # the cockpit gets a key while the backlog is parsed
-            give_way()
-            parsed.append(n)
-
-    backlog = asyncio.ensure_future(hosted.call(one_long_callback))
-    try:
-        deadline = time.monotonic() + 30
-        while hosted.priority.waits == 0:
-            assert time.monotonic() < deadline, "the engine's loop never gave way"
-            await asyncio.sleep(0.01)
-        for _ in range(5):  # the cockpit's loop goes on meanwhile
-            await asyncio.sleep(0.01)
-        assert parsed == [0]  # the rest of the callback waits for the key
-        hosted.priority.release()
-        await backlog
-        assert parsed == [0, 1, 2, 3, 4]
-    finally:
-        hosted.priority.release()
-        await backlog
         runner.cancel()
         hosted.stop()
 

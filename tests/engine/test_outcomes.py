@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -33,7 +32,6 @@ from fleet_tui.config import Config, load_config
 from fleet_tui.scheduler.attempts import sink
 from fleet_tui.scheduler.engine import Engine
 from fleet_tui.scheduler.model import Attempt, EngineEvent, Event, Notice, Outcome, Task, TaskSpec, VerifySpec
-from fleet_tui.scheduler.onloop import give_way, set_give_way
 from fleet_tui.scheduler.policy.headroom import GIB, Headroom, read_headroom
 from fleet_tui.scheduler.policy.outcome import (
     RATE_LIMIT_BACKOFF_S,
@@ -48,7 +46,7 @@ from fleet_tui.scheduler.policy.review import _run as review_run
 from fleet_tui.scheduler.policy.verify import run_verifiers
 from fleet_tui.scheduler.procs.attemptdir import STDOUT, ExitReason, read_shim
 from fleet_tui.scheduler.procs.invoke import Invocation
-from fleet_tui.scheduler.procs.runner import GIVE_WAY_LINES, AttemptResult, AttemptRunner, RunLimits
+from fleet_tui.scheduler.procs.runner import AttemptResult, AttemptRunner, RunLimits
 from fleet_tui.scheduler.states import TaskStatus
 from fleet_tui.scheduler.store.sqlite_store import SqliteStore
 
@@ -1270,45 +1268,3 @@ async def test_a_verdict_that_requeues_keeps_the_next_attempts_runner(
 
 async def _soon(value: bool) -> bool:
     return value
-
-
-def test_the_runner_gives_way_every_few_lines_of_a_backlog_and_nothing_needs_a_host(tmp_path: Path) -> None:
-    """A backlog of an agent's output is parsed in one callback of the engine's loop: every
-    ``GIVE_WAY_LINES`` lines it gives way to the loop's host, if one asked (the cockpit, for a
-    key in hand); with none (a headless engine) the lines are parsed all the same."""
-    said = [
-        {"type": "assistant", "message": {"content": [{"type": "text", "text": f"line {i}"}]}}
-        for i in range(100)
-    ]
-    lines = "".join(json.dumps(d) + "\n" for d in said)  # the sim speaks Claude Code's stream-json
-    (tmp_path / STDOUT).write_text(lines)
-
-    def runner() -> AttemptRunner:
-        return AttemptRunner(
-            task_id="t",
-            attempt=1,
-            attempt_dir=tmp_path,
-            coder=get_coder("sim"),
-            limits=RunLimits(stall_s=None, timeout_s=None),
-            sink=lambda ev, off: None,
-        )
-
-    alone = runner().poll_output()
-    gave_way: list[int] = []
-    set_give_way(lambda: gave_way.append(1))
-    try:
-        hosted = runner().poll_output()
-    finally:
-        set_give_way(None)
-    assert len(gave_way) == 100 // GIVE_WAY_LINES
-    assert [e.text for e in hosted] == [e.text for e in alone] and len(alone) >= 100
-
-    # another thread (a worker of the engine's, the cockpit's) never gives way
-    set_give_way(lambda: gave_way.append(1))
-    try:
-        other = threading.Thread(target=give_way)
-        other.start()
-        other.join()
-    finally:
-        set_give_way(None)
-    assert len(gave_way) == 100 // GIVE_WAY_LINES

@@ -41,9 +41,8 @@ on an idle cockpit. A person's key comes first: for ``KEY_PRIORITY_S`` after eac
 engine's thread stands aside (``KeyPriority``) before each callback of its loop, not only between
 two turns of it: under that load one turn ran the callbacks of dozens of agents' output, up to
 30 ms with the lock taken half the time, and a key's drawing still took twice its time
-(``_KeyFirstReady``), and inside the callbacks that run long (an agent's backlog of output parsed
-in one go: ``onloop.give_way``). Nothing is lost meanwhile: the agents' output waits in its files
-and pipes, and a cockpit that waits on the engine ends the standing aside.
+(``_KeyFirstReady``). Nothing is lost meanwhile: the agents' output waits in its files and pipes,
+and a cockpit that waits on the engine ends the standing aside.
 
 Any other attribute (``store``, ``home``, ``cfg``) is the engine's own. Nothing here imports
 Textual. The cockpit starts the engine with ``run()`` (awaiting it as a worker, so the engine
@@ -75,7 +74,6 @@ from fleet_tui.scheduler.model import (
     TaskSpec,
     Transition,
 )
-from fleet_tui.scheduler.onloop import set_give_way
 
 T = TypeVar("T")
 
@@ -232,8 +230,6 @@ class EngineThread:
 
                 def main() -> None:
                     nice_this_thread(self.nice)  # before its worker threads: they inherit it
-                    # inside the loop's long callbacks too (an agent's backlog parsed in one go)
-                    set_give_way(self.priority.stand_aside)
                     asyncio.set_event_loop(loop)
                     ready.set()
                     try:

@@ -43,17 +43,12 @@ from fleet_tui.scheduler.model import (
     TaskChanged,
 )
 from fleet_tui.scheduler.model import Notice as EngineNotice
-from fleet_tui.scheduler.onloop import give_way
 from fleet_tui.scheduler.policy.loops import LoopDetector, LoopLimits
 from fleet_tui.scheduler.states import TaskStatus
 
 if TYPE_CHECKING:
     from fleet_tui.config import Config
     from fleet_tui.notify.host import NotifierHost
-
-
-#: agent events fed to the loop guard between two points where the engine's loop may give way
-GIVE_WAY_EVENTS = 256
 
 
 def build_targets(cfg: Config, terminal: Any = None, problems: list[str] | None = None) -> list[Target]:
@@ -143,10 +138,8 @@ class Watcher:
             try:
                 async for batch in self.engine.subscribe():
                     await self._sync_targets()
-                    for i, ee in enumerate(batch):
+                    for ee in batch:
                         if isinstance(ee, AgentEvent):  # thousands a second: no coroutine for each
-                            if i % GIVE_WAY_EVENTS == GIVE_WAY_EVENTS - 1:
-                                give_way()  # a batch of thousands is one callback (onloop.py)
                             self._feed_loops(ee.event)
                         else:
                             await self.handle(ee)

@@ -1,5 +1,4 @@
-"""Calling into the engine's event loop from its worker threads, without waiting for the loop;
-and the points inside the loop's long callbacks where it gives way to whoever hosts it.
+"""Calling into the engine's event loop from its worker threads, without waiting for the loop.
 
 Why: the engine's blocking work (store writes, a task's move) runs in worker threads, and what it
 publishes (a task that moved, a notice) must reach the bus on the loop. ``anyio.from_thread``
@@ -9,19 +8,11 @@ a busy two-core machine, several times per attempt. A publish needs no answer, s
 the loop instead (``call_soon_threadsafe``) and the worker goes on. Order is kept: the loop runs
 callbacks in the order they were queued, so what a worker published is on the bus before its
 result (queued the same way by anyio when the worker returns) reaches the coroutine awaiting it.
-
-Giving way: a host can ask the engine's loop to stand aside between callbacks (the cockpit does,
-for a key in hand: app/hosted.py), but under a loud fleet one callback can run for tens of
-milliseconds (an agent's backlog of output parsed in one go), and a key that comes meanwhile
-shares the interpreter with it. ``give_way()``, called every so many lines inside such loops,
-calls what the host set for the loop's thread (``set_give_way``); it does nothing where no host
-set anything (a headless ``run``, the tests) or on any other thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -65,19 +56,3 @@ class LoopPost:
             loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the loop is closed: nobody listens any more; keep it local
             fn(*args)
-
-
-_this_thread = threading.local()
-
-
-def set_give_way(fn: Callable[[], None] | None) -> None:
-    """On the thread that runs an engine's loop: what ``give_way`` calls there (None: nothing)."""
-    _this_thread.give_way = fn
-
-
-def give_way() -> None:
-    """A point inside a long callback of the engine's loop where the loop's host may have it
-    stand aside for a moment (``set_give_way``)."""
-    fn = getattr(_this_thread, "give_way", None)
-    if fn is not None:
-        fn()

@@ -25,7 +25,6 @@ import anyio
 
 from fleet_tui.coders.base import Coder, Normalizer
 from fleet_tui.scheduler.model import Event, Outcome
-from fleet_tui.scheduler.onloop import give_way
 from fleet_tui.scheduler.procs import attemptdir, invoke, proctree
 from fleet_tui.scheduler.procs.attemptdir import ExitReason
 from fleet_tui.scheduler.procs.attemptdir import read_json as read_json
@@ -41,8 +40,6 @@ from fleet_tui.scheduler.procs.invoke import shim_args as shim_args
 # are attemptdir (the attempt's files) and invoke (starting a shim)
 READ_CHUNK = 256 * 1024  # per tick and runner: a backlog is read in slices, yielding between them
 EVENT_TEXT_CAP = 256 * 1024
-#: lines parsed between two points where the engine's loop may give way to its host (onloop.py)
-GIVE_WAY_LINES = 16
 
 
 @dataclass(frozen=True)
@@ -274,9 +271,7 @@ class AttemptRunner:
 
     def _feed(self, items: list[bytes | int], ts: float) -> list[Event]:
         out: list[Event] = []
-        for i, item in enumerate(items):
-            if i % GIVE_WAY_LINES == GIVE_WAY_LINES - 1:  # a backlog is parsed in one callback
-                give_way()
+        for item in items:
             if isinstance(item, int):
                 out.append(
                     Event(
