@@ -58,10 +58,11 @@ class PulseLines(Widget):
     """The fleet's pulse: one line per sparkline, its label and latest figure in ``LABEL_WIDTH``
     cells, then Textual's sparkline over the rest of the line.
 
-    One widget draws every line (it was a row of a label and a ``Sparkline`` widget per line,
-    nine widgets in all): a full repaint of the cockpit (closing a dialog) walked each of them
-    and cut every screen line they cover at each one's edges, a third of an idle close's time.
-    The lines are drawn when the figures, the width or the theme change, and kept."""
+    One widget draws every line. It was a row of a label and a ``Sparkline`` widget per line,
+    eight widgets drawn for four lines: a full repaint of the cockpit (closing a dialog) walked
+    each of them and cut every screen line they cover at each one's edges, about a quarter of an
+    idle close's time. The lines are drawn when the figures, the width or the theme change, and
+    kept."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"pulse--label", "pulse--max-color", "pulse--min-color"}
     DEFAULT_CSS = """
@@ -87,9 +88,9 @@ class PulseLines(Widget):
         pulses = tuple(pulses)
         if pulses == self._pulses:
             return
-        grew = len(pulses) != len(self._pulses)
+        resized = len(pulses) != len(self._pulses)  # another height: a new layout
         self._pulses = pulses
-        self.refresh(layout=grew)
+        self.refresh(layout=resized)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self._pulses)
