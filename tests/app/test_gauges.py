@@ -166,10 +166,10 @@ async def test_the_pulse_lines_are_drawn_once_for_many_repaints() -> None:
         draws = 0
         draw = pulse._draw
 
-        def counted(p: Pulse, width: int) -> Strip:
+        def counted(p: Pulse, *rest: Any) -> Strip:
             nonlocal draws
             draws += 1
-            return draw(p, width)
+            return draw(p, *rest)
 
         pulse._draw = counted  # type: ignore[method-assign,assignment]
         for _ in range(3):  # full repaints, as closing a dialog does

@@ -14,8 +14,10 @@ get whatever lines are left.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
+from rich.color import Color as RichColor
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -102,34 +104,51 @@ class PulseLines(Widget):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        key = (self._pulses, width, self.app.theme, self.background_colors)
+        _, background = self.background_colors
+        key = (self._pulses, width, self.app.theme, background)
         if key != self._drawn_for:
             self._drawn_for = key
-            self._strips = [self._draw(p, width) for p in self._pulses]
+            # the pane's look, read once for every line: as Textual's Sparkline widget draws
+            # it, its colours over the pane's background
+            look = _Look(
+                label=self.get_component_rich_style("pulse--label"),
+                low=(background + self.get_component_styles("pulse--min-color").color).rich_color,
+                high=(background + self.get_component_styles("pulse--max-color").color).rich_color,
+                fill=Style(bgcolor=background.rich_color),
+            )
+            self._strips = [self._draw(p, width, look) for p in self._pulses]
         return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width)
 
-    def _draw(self, pulse: Pulse, width: int) -> Strip:
+    def _draw(self, pulse: Pulse, width: int, look: _Look) -> Strip:
         label_w = min(self.LABEL_WIDTH, width)
-        label = Segment(self._label(pulse), self.get_component_rich_style("pulse--label"))
-        console = self.app.console
-        parts = [Strip([label]).adjust_cell_length(label_w)]
+        parts = [Strip([Segment(self._label(pulse), look.label)]).adjust_cell_length(label_w)]
         line_w = width - label_w
         if line_w > 0:
-            # as Textual's Sparkline widget draws it: its colours over the pane's background;
             # the line always spans the hour (a young fleet's few buckets sit at the right end)
-            _, base = self.background_colors
             values = list(pulse.values)
             spark = SparklineRenderable(
                 [0.0] * max(KEEP - len(values), 0) + values,
                 width=line_w,
                 height=1,
-                min_color=(base + self.get_component_styles("pulse--min-color").color).rich_color,
-                max_color=(base + self.get_component_styles("pulse--max-color").color).rich_color,
+                min_color=look.low,
+                max_color=look.high,
                 summary_function=max,
             )
+            console = self.app.console
             lines = console.render_lines(spark, console.options.update(width=line_w, height=1), pad=True)
             parts.append(Strip(lines[0], line_w))
-        return Strip.join(parts).apply_style(Style(bgcolor=self.background_colors[1].rich_color))
+        return Strip.join(parts).apply_style(look.fill)
+
+
+@dataclass(frozen=True)
+class _Look:
+    """What the pulse lines are drawn in: the label's style, the sparkline's two colours and the
+    pane's background."""
+
+    label: Style
+    low: RichColor
+    high: RichColor
+    fill: Style
 
 
 class GaugesPane(Vertical):
