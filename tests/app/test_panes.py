@@ -620,6 +620,39 @@ async def test_closing_a_dialog_draws_the_uncovered_screen_at_once_not_at_the_ne
         assert (main, LayoutUpdate) in drawn, "the uncovered screen was not drawn whole"
 
 
+async def test_a_cursor_move_is_drawn_at_once_not_at_the_next_tick() -> None:
+    """A key's change is drawn as soon as the cockpit is idle after it (``MainScreen.key_in_hand``),
+    not at the screen's 60 Hz update timer's next tick (a cursor move waited 0-16 ms for it after
+    about 1 ms of work). Here the timer never ticks, and the key is posted as the terminal's
+    driver posts it (``pilot.press`` draws the screen itself, as the tick would)."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        main = app.screen
+        await wait_for(pilot, lambda: app.queue.row_count > 1, "rows")
+        await pilot.pause()
+        main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
+        drawn: list[object] = []
+        display = app._display
+
+        def recorded(screen: object, update: RenderableType | None) -> None:
+            display(screen, update)  # type: ignore[arg-type]
+            drawn.append(screen)
+
+        app._display = recorded  # type: ignore[method-assign,assignment]
+        row = app.queue.cursor_row
+        event = events.Key("down", None)
+        event.set_sender(app)
+        assert app._driver is not None
+        app._driver.send_message(event)
+        for _ in range(200):
+            if app.queue.cursor_row != row and main in drawn:
+                break
+            await asyncio.sleep(0.01)
+        assert app.queue.cursor_row == row + 1
+        assert main in drawn, "the moved cursor waited for the screen's timer"
+
+
 @pytest.mark.parametrize("key", ["escape", "question_mark"])
 async def test_the_key_that_closes_the_help_is_taken_by_the_app_not_passed_down_the_dialog(key: str) -> None:
     """The help's closing keys are priority bindings: the cockpit acts on them as it takes the

@@ -234,12 +234,18 @@ class FleetApp(WheelKeys, App[None]):
     async def on_event(self, event: events.Event) -> None:
         """A key comes first: the hosted engine's loop stands aside for a moment after each one
         (``hosted.KeyPriority``), and Python's garbage collector waits (``collector.py``), while
-        the cockpit handles it and draws what it changed."""
+        the cockpit handles it and draws what it changed, at once (``MainScreen.key_in_hand``)."""
         if isinstance(event, events.Key) and not event.is_forwarded:
             self.collector.key()
             if self._key_priority is not None:
                 self._key_priority.key()
         await super().on_event(event)
+        if isinstance(event, events.Key):
+            # after the app's priority bindings and again after the key came back up from the
+            # focused widget (its bindings' actions run): the change drawn is the key's own
+            screen = self.screen
+            if isinstance(screen, MainScreen):
+                screen.key_in_hand()
 
     def _keys_in_hand_from_the_driver(self) -> None:
         """A key is in hand from the moment the terminal's driver hands it over (on its input

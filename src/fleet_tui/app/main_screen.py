@@ -8,14 +8,24 @@ time of closing a dialog. The panes cover the whole screen, so its background is
 Textual's ``BLANK`` lines (one cached blank line, reused): the same colour, and its pieces come
 from the cut caches on every return. While a dialog covers it, the panes' live lines and cells
 wait, and are drawn in the frame after the one that uncovers them (``FleetApp._frame``).
+
+A key's change is drawn at once too (``key_in_hand``): Textual draws a screen's changes from a
+60 Hz timer, so a cursor move waited 0-16 ms for the timer's next tick after its few milliseconds
+of work. Only a key's: the live frames of a loud fleet still wait for the tick, at most 60 a second.
 """
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
-from textual.events import ScreenResume
+from textual.events import Idle, ScreenResume
 from textual.screen import Screen
+
+#: how long after a key the screen's next change counts as the key's (drawn at once): a key's
+#: handling runs across a few of the loop's turns (the app, the focused widget, the messages it
+#: posts), a few milliseconds even on a loaded machine
+KEY_DRAW_S = 0.1
 
 
 class MainScreen(Screen[None]):
@@ -23,6 +33,23 @@ class MainScreen(Screen[None]):
 
     BLANK: ClassVar[bool] = True
     _covered = False  # a dialog or another screen went on top of it (not its first showing)
+    _key_at = 0.0  # when the last key not yet drawn came (monotonic), 0.0 when none
+
+    def key_in_hand(self) -> None:
+        """A key came (``FleetApp.on_event``): what it changes is drawn as soon as the screen
+        is idle, not at the timer's next tick."""
+        self._key_at = time.monotonic()
+
+    def on_idle(self, event: Idle) -> None:
+        """Before Textual's own idle handler (which would start the 60 Hz timer for what is
+        dirty): a key's change is drawn now, and the timer then finds nothing to draw."""
+        if not self._key_at:
+            return
+        if time.monotonic() - self._key_at > KEY_DRAW_S:
+            self._key_at = 0.0
+        elif self._layout_required or self._scroll_required or self._repaint_required or self._dirty_widgets:
+            self._key_at = 0.0
+            self._draw_now()
 
     def on_screen_resume(self, event: ScreenResume) -> None:
         uncovered = getattr(self.app, "uncovered", None)  # FleetApp's: the live frame it held
