@@ -235,14 +235,16 @@ class FleetApp(WheelKeys, App[None]):
         """A key comes first: the hosted engine's loop stands aside for a moment after each one
         (``hosted.KeyPriority``), and Python's garbage collector waits (``collector.py``), while
         the cockpit handles it and draws what it changed, at once (``MainScreen.key_in_hand``)."""
-        if isinstance(event, events.Key) and not event.is_forwarded:
+        came_back = isinstance(event, events.Key) and event.is_forwarded  # (forwarding marks it)
+        if isinstance(event, events.Key) and not came_back:
             self.collector.key()
             if self._key_priority is not None:
                 self._key_priority.key()
         await super().on_event(event)
-        if isinstance(event, events.Key):
-            # after the app's priority bindings and again after the key came back up from the
-            # focused widget (its bindings' actions run): the change drawn is the key's own
+        if came_back:
+            # the key came back up from the focused widget and its bindings' actions have run:
+            # the next change drawn is the key's own (armed as the key came, the screen drew a
+            # loud fleet's live frame at once, before the key was handled)
             screen = self.screen
             if isinstance(screen, MainScreen):
                 screen.key_in_hand()

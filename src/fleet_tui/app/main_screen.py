@@ -36,8 +36,8 @@ class MainScreen(Screen[None]):
     _key_at = 0.0  # when the last key not yet drawn came (monotonic), 0.0 when none
 
     def key_in_hand(self) -> None:
-        """A key came (``FleetApp.on_event``): what it changes is drawn as soon as the screen
-        is idle, not at the timer's next tick."""
+        """A key was handled (``FleetApp.on_event``, once its bindings' actions ran): what it
+        changed is drawn as soon as the screen is idle, not at the timer's next tick."""
         self._key_at = time.monotonic()
 
     def on_idle(self, event: Idle) -> None:
@@ -48,10 +48,10 @@ class MainScreen(Screen[None]):
         if time.monotonic() - self._key_at > KEY_DRAW_S:
             self._key_at = 0.0
         elif self._layout_required or self._scroll_required or self._repaint_required or self._dirty_widgets:
-            self._key_at = 0.0
             self._draw_now()
 
     def on_screen_resume(self, event: ScreenResume) -> None:
+        self._key_at = 0.0  # a key that covered or uncovered it is drawn by the switch itself
         uncovered = getattr(self.app, "uncovered", None)  # FleetApp's: the live frame it held
         if uncovered is not None:
             uncovered()
@@ -61,6 +61,7 @@ class MainScreen(Screen[None]):
 
     def on_screen_suspend(self) -> None:
         self._covered = True
+        self._key_at = 0.0
 
     def _draw_now(self) -> None:
         """The uncovered screen drawn at once, not at the screen's next update tick: Textual
@@ -69,5 +70,6 @@ class MainScreen(Screen[None]):
         with nothing else to do (the esc-close tail under 32 agents at 200 events/s). What the
         tick would have done, done now (textual is pinned in pyproject.toml); the tick then
         finds nothing to draw."""
+        self._key_at = 0.0  # what a key in hand changed is drawn here
         if self.is_current:
             self._on_timer_update()
