@@ -33,11 +33,13 @@ class MainScreen(Screen[None]):
 
     BLANK: ClassVar[bool] = True
     _covered = False  # a dialog or another screen went on top of it (not its first showing)
-    _key_at = 0.0  # when the last key not yet drawn came (monotonic), 0.0 when none
+    _key_at = 0.0  # when a key whose change is not drawn yet was handled (monotonic), else 0.0
 
     def key_in_hand(self) -> None:
         """A key was handled (``FleetApp.on_event``, once its bindings' actions ran): what it
-        changed is drawn as soon as the screen is idle, not at the timer's next tick."""
+        changed is drawn as soon as the screen is idle, not at the timer's next tick. A key the
+        app's priority bindings or a text field take never comes back to the app: its change
+        waits for the tick, as before."""
         self._key_at = time.monotonic()
 
     def on_idle(self, event: Idle) -> None:
