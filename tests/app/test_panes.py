@@ -592,6 +592,19 @@ async def test_containers_their_panes_cover_are_not_drawn_and_the_screen_looks_t
         assert screen._compositor.render_strips() == without
 
 
+def _record_draws(app: FleetApp) -> list[tuple[object, type]]:
+    """Each screen update the app hands its driver from now on: (the screen, the update's type)."""
+    drawn: list[tuple[object, type]] = []
+    display = app._display
+
+    def recorded(screen: object, update: RenderableType | None) -> None:
+        display(screen, update)  # type: ignore[arg-type]
+        drawn.append((screen, type(update)))
+
+    app._display = recorded  # type: ignore[method-assign,assignment]
+    return drawn
+
+
 async def test_closing_a_dialog_draws_the_uncovered_screen_at_once_not_at_the_next_tick() -> None:
     """Textual draws a screen from a 60 Hz update timer; under a loud fleet that timer had often
     just ticked, and a close waited for the next tick with nothing else to do. Here the main
@@ -603,14 +616,7 @@ async def test_closing_a_dialog_draws_the_uncovered_screen_at_once_not_at_the_ne
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
         main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
-        drawn: list[tuple[object, type]] = []
-        display = app._display
-
-        def recorded(screen: object, update: RenderableType | None) -> None:
-            display(screen, update)  # type: ignore[arg-type]
-            drawn.append((screen, type(update)))
-
-        app._display = recorded  # type: ignore[method-assign,assignment]
+        drawn = _record_draws(app)
         await pilot.press("escape")
         for _ in range(200):  # not ``pilot.pause``: it draws the screen itself, as the tick would
             if (main, LayoutUpdate) in drawn:
@@ -632,25 +638,16 @@ async def test_a_cursor_move_is_drawn_at_once_not_at_the_next_tick() -> None:
         await wait_for(pilot, lambda: app.queue.row_count > 1, "rows")
         await pilot.pause()
         main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
-        drawn: list[object] = []
-        display = app._display
-
-        def recorded(screen: object, update: RenderableType | None) -> None:
-            display(screen, update)  # type: ignore[arg-type]
-            drawn.append(screen)
-
-        app._display = recorded  # type: ignore[method-assign,assignment]
+        drawn = _record_draws(app)
         row = app.queue.cursor_row
-        event = events.Key("down", None)
-        event.set_sender(app)
         assert app._driver is not None
-        app._driver.send_message(event)
+        app._driver.send_message(events.Key("down", None))  # as the driver's input thread does
         for _ in range(200):
-            if app.queue.cursor_row != row and main in drawn:
+            if app.queue.cursor_row != row and any(screen is main for screen, _ in drawn):
                 break
             await asyncio.sleep(0.01)
         assert app.queue.cursor_row == row + 1
-        assert main in drawn, "the moved cursor waited for the screen's timer"
+        assert any(screen is main for screen, _ in drawn), "the moved cursor waited for the screen's timer"
 
 
 @pytest.mark.parametrize("key", ["escape", "question_mark"])
