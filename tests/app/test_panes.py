@@ -626,6 +626,27 @@ async def test_closing_a_dialog_draws_the_uncovered_screen_at_once_not_at_the_ne
         assert (main, LayoutUpdate) in drawn, "the uncovered screen was not drawn whole"
 
 
+async def test_closing_a_dialog_draws_the_uncovered_screen_whole_once() -> None:
+    """The close draws the uncovered screen whole at once; Textual then asks for a second whole
+    repaint of it as it removes the dialog (``App._replace_screen``), which the timer's next tick
+    drew again (3 ms idle, more under a loud fleet, and a key pressed just after the close paid
+    for it). Nothing changed between the two: the screen is drawn whole once per close."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        main = app.screen
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        await pilot.pause()
+        drawn = _record_draws(app)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is main, "help closed")
+        for _ in range(3):  # the dialog put away (``App._replace_screen``) and the next ticks
+            await pilot.pause()
+        assert drawn.count((main, LayoutUpdate)) == 1, drawn
+        assert not main._repaint_required
+
+
 async def test_a_cursor_move_is_drawn_at_once_not_at_the_next_tick() -> None:
     """A key's change is drawn as soon as the cockpit is idle after it (``MainScreen.key_in_hand``),
     not at the screen's 60 Hz update timer's next tick (a cursor move waited 0-16 ms for it after

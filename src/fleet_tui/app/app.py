@@ -31,6 +31,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
@@ -248,6 +249,18 @@ class FleetApp(WheelKeys, App[None]):
             screen = self.screen
             if isinstance(screen, MainScreen):
                 screen.key_in_hand()
+
+    async def _replace_screen(self, screen: Screen[object]) -> Screen[object]:
+        """Textual puts a closed dialog away here, and first asks for a whole repaint of the
+        screen now on top, which the close drew whole already (``MainScreen.putting_away``)."""
+        top = self.screen if self._screen_stack else None
+        if isinstance(top, MainScreen):
+            top.putting_away()
+        try:
+            return await super()._replace_screen(screen)
+        finally:
+            if isinstance(top, MainScreen):
+                top._put_away = False
 
     def _keys_in_hand_from_the_driver(self) -> None:
         """A key is in hand from the moment the terminal's driver hands it over (on its input

@@ -9,6 +9,11 @@ Textual's ``BLANK`` lines (one cached blank line, reused): the same colour, and 
 from the cut caches on every return. While a dialog covers it, the panes' live lines and cells
 wait, and are drawn in the frame after the one that uncovers them (``FleetApp._frame``).
 
+Closing a dialog draws the uncovered screen whole at once; Textual then asks for a second whole
+repaint of it as it puts the dialog away (``App._replace_screen``, ``FleetApp`` marks it), which
+the next tick drew again with nothing changed (3 ms idle, and a key pressed just after the close
+waited behind it): that one repaint is dropped when the screen has been drawn whole since.
+
 A key's change is drawn at once too (``key_in_hand``): Textual draws a screen's changes from a
 60 Hz timer, so a cursor move waited 0-16 ms for the timer's next tick after its few milliseconds
 of work. Only a key's: the live frames of a loud fleet still wait for the tick, at most 60 a second.
@@ -17,9 +22,10 @@ of work. Only a key's: the live frames of a loud fleet still wait for the tick, 
 from __future__ import annotations
 
 import time
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from textual.events import Idle, ScreenResume
+from textual.geometry import Region
 from textual.screen import Screen
 
 #: how long after a key the screen's next change counts as the key's (drawn at once): a key's
@@ -34,6 +40,21 @@ class MainScreen(Screen[None]):
     BLANK: ClassVar[bool] = True
     _covered = False  # a dialog or another screen went on top of it (not its first showing)
     _key_at = 0.0  # when a key whose change is not drawn yet was handled (monotonic), else 0.0
+    _drawn_whole = False  # drawn whole since it was uncovered
+    _put_away = False  # the next refresh is Textual's as it puts the dialog away (``putting_away``)
+
+    def putting_away(self) -> None:
+        """A dialog over this screen is being put away (``FleetApp._replace_screen``): Textual's
+        first act there is a whole repaint of this screen, the one the close drew already."""
+        self._put_away = True
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> Self:
+        put_away, self._put_away = self._put_away, False
+        if put_away and self._drawn_whole and repaint and not (regions or layout or recompose):
+            return self  # drawn whole at the close, nothing asked of it since: not again
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def key_in_hand(self) -> None:
         """A key was handled (``FleetApp.on_event``, once its bindings' actions ran): what it
@@ -64,6 +85,7 @@ class MainScreen(Screen[None]):
     def on_screen_suspend(self) -> None:
         self._covered = True
         self._key_at = 0.0
+        self._drawn_whole = False
 
     def _draw_now(self) -> None:
         """The uncovered screen drawn at once, not at the screen's next update tick: Textual
@@ -74,4 +96,6 @@ class MainScreen(Screen[None]):
         finds nothing to draw."""
         self._key_at = 0.0  # what a key in hand changed is drawn here
         if self.is_current:
+            whole = self._repaint_required
             self._on_timer_update()
+            self._drawn_whole = self._drawn_whole or whole
