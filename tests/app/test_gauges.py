@@ -3,21 +3,26 @@ sparklines of the fleet's pulse, at 80x24, 120x36 and 200x60."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from rich.color import Color as RichColor
+from rich.console import Console
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.color import Color
 from textual.containers import Horizontal
 from textual.geometry import Region
 from textual.pilot import Pilot
+from textual.renderables.sparkline import Sparkline as SparklineRenderable
 from textual.strip import Strip
 from textual.widgets import Sparkline, Static
 
 from fleet_tui.app.app import FleetApp
-from fleet_tui.app.panes import PulseLines
+from fleet_tui.app.panes import PulseLines, sparkline
 from fleet_tui.gauges import Pulse
 from fleet_tui.scheduler.series import KEEP
 
@@ -181,3 +186,31 @@ async def test_the_pulse_lines_are_drawn_once_for_many_repaints() -> None:
         await pilot.pause()
         app.screen._compositor.render_strips()
         assert draws == len(pulse.labels) >= 3
+        # a snapshot that moves one line's figures draws that line, and keeps the others
+        first, *rest = pulse._pulses
+        pulse.set([replace(first, values=(*first.values[1:], first.values[-1] + 1.0)), *rest])
+        await pilot.pause()
+        app.screen._compositor.render_strips()
+        assert draws == len(pulse.labels) + 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 50, 119, KEEP, 121, 300])
+def test_a_sparkline_line_is_textuals_cell_for_cell(n: int) -> None:
+    """``panes.sparkline`` draws what Textual's ``Sparkline`` renderable draws (one line, the
+    largest value per cell), without the console's render pipeline: the same characters in the
+    same styles, for short and long data, many widths and repeated values."""
+    rng = random.Random(n)
+    low, high = RichColor.parse("#123456"), RichColor.parse("#fedcba")
+    console = Console(width=200)
+    for _ in range(60):
+        width = rng.randint(1, 180)
+        data = [rng.choice([0.0, 1.0, rng.random() * 100, float(rng.randint(0, 5))]) for _ in range(n)]
+        spark = SparklineRenderable(
+            data, width=width, height=1, min_color=low, max_color=high, summary_function=max
+        )
+        (theirs,) = console.render_lines(spark, console.options.update(width=width, height=1), pad=True)
+        assert _cells(sparkline(data, width, low, high)) == _cells(theirs), (n, width)
+
+
+def _cells(segments: list[Segment]) -> list[tuple[str, Style | None]]:
+    return [(ch, seg.style) for seg in segments for ch in seg.text]
