@@ -18,6 +18,7 @@ from textual.dom import DOMNode
 from textual.geometry import Region
 from textual.message import Message
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
@@ -669,6 +670,47 @@ async def test_a_cursor_move_is_drawn_at_once_not_at_the_next_tick() -> None:
             await asyncio.sleep(0.01)
         assert app.queue.cursor_row == row + 1
         assert any(screen is main for screen, _ in drawn), "the moved cursor waited for the screen's timer"
+
+
+async def test_a_key_draws_its_own_change_at_once_and_leaves_a_waiting_live_pane_for_the_tick() -> None:
+    """A live frame's pane waiting to be drawn when a key comes (a loud fleet's stream, 3-5 ms
+    of drawing) is not drawn with the key's change: the moved cursor is drawn at once, the
+    stream at the timer's next tick."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        main = app.screen
+        await wait_for(pilot, lambda: app.queue.row_count > 1, "rows")
+        await pilot.pause()
+        main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
+        app.stream.refresh()  # a live frame's change, waiting for the tick
+        for _ in range(200):  # not ``pilot.pause``: it draws the screen itself, as the tick would
+            if app.stream in main._dirty_widgets:
+                break
+            await asyncio.sleep(0.01)
+        assert app.stream in main._dirty_widgets
+        drawn: list[set[Widget]] = []  # the widgets of each draw
+        update_widgets = main._compositor.update_widgets
+
+        def recorded(widgets: set[Widget]) -> None:
+            drawn.append(set(widgets))
+            update_widgets(widgets)
+
+        main._compositor.update_widgets = recorded  # type: ignore[method-assign]
+        row = app.queue.cursor_row
+        assert app._driver is not None
+        app._driver.send_message(events.Key("down", None))
+        for _ in range(200):
+            if drawn:
+                break
+            await asyncio.sleep(0.01)
+        assert app.queue.cursor_row == row + 1
+        assert drawn, "the moved cursor waited for the screen's timer"
+        assert app.queue in drawn[0]
+        assert app.stream not in drawn[0], "the waiting stream was drawn with the key's change"
+        assert app.stream in main._dirty_widgets
+        main._on_timer_update()  # the tick
+        assert app.stream in drawn[-1]
 
 
 @pytest.mark.parametrize("key", ["escape", "question_mark"])

@@ -27,6 +27,7 @@ from typing import ClassVar, Self
 from textual.events import Idle, ScreenResume
 from textual.geometry import Region
 from textual.screen import Screen
+from textual.widget import Widget
 
 #: how long after a key the screen's next change counts as the key's (drawn at once): a key's
 #: handling runs across a few of the loop's turns (the app, the focused widget, the messages it
@@ -40,6 +41,8 @@ class MainScreen(Screen[None]):
     BLANK: ClassVar[bool] = True
     _covered = False  # a dialog or another screen went on top of it (not its first showing)
     _key_at = 0.0  # when a key whose change is not drawn yet was handled (monotonic), else 0.0
+    #: what was waiting to be drawn when that key was handled (a live frame's panes), not its own
+    _dirty_before: frozenset[Widget] = frozenset()
     _drawn_whole = False  # drawn whole since it was uncovered
     _put_away = False  # the next refresh is Textual's as it puts the dialog away (``putting_away``)
 
@@ -62,6 +65,7 @@ class MainScreen(Screen[None]):
         app's priority bindings or a text field take never comes back to the app: its change
         waits for the tick, as before."""
         self._key_at = time.monotonic()
+        self._dirty_before = frozenset(self._dirty_widgets)
 
     def on_idle(self, event: Idle) -> None:
         """Before Textual's own idle handler (which would start the 60 Hz timer for what is
@@ -70,8 +74,26 @@ class MainScreen(Screen[None]):
             return
         if time.monotonic() - self._key_at > KEY_DRAW_S:
             self._key_at = 0.0
-        elif self._layout_required or self._scroll_required or self._repaint_required or self._dirty_widgets:
+        elif self._repaint_required:
+            self._draw_now()  # the whole screen: everything waiting is drawn with it
+        elif self._layout_required or self._scroll_required or self._dirty_widgets:
+            self._draw_keys_own()
+
+    def _draw_keys_own(self) -> None:
+        """Only the key's own change is drawn at once: the focused widget and what changed after
+        the key was handled. A live frame's panes that were waiting already (a loud fleet's
+        stream, 3-5 ms of drawing) are left for the timer's next tick, a frame later."""
+        dirty = self._dirty_widgets
+        focused = self.focused
+        waiting = {w for w in dirty if w in self._dirty_before and w is not focused}
+        if waiting == dirty and not (self._layout_required or self._scroll_required):
+            return  # nothing of the key's yet: still armed
+        dirty.difference_update(waiting)
+        try:
             self._draw_now()
+        finally:
+            # (the draw emptied the set) Textual's idle handler, next, starts the timer for them
+            dirty.update(waiting)
 
     def on_screen_resume(self, event: ScreenResume) -> None:
         self._key_at = 0.0  # a key that covered or uncovered it is drawn by the switch itself
@@ -95,6 +117,7 @@ class MainScreen(Screen[None]):
         tick would have done, done now (textual is pinned in pyproject.toml); the tick then
         finds nothing to draw."""
         self._key_at = 0.0  # what a key in hand changed is drawn here
+        self._dirty_before = frozenset()
         if self.is_current:
             whole = self._repaint_required
             self._on_timer_update()
