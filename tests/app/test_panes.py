@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from textual._compositor import LayoutUpdate
 from textual.dom import DOMNode
 from textual.geometry import Region
 from textual.message import Message
+from textual.pilot import Pilot
+from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, RichLog, Static
@@ -606,23 +609,46 @@ def _record_draws(app: FleetApp) -> list[tuple[object, type]]:
     return drawn
 
 
+@asynccontextmanager
+async def _untimed_cockpit() -> AsyncIterator[FleetApp]:
+    """A cockpit with several running rows whose main screen's update timer never ticks: what
+    is drawn is drawn at once, by the cockpit itself."""
+    app = sc.make_app(sc.several_running())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.queue.row_count > 1, "rows")
+        await pilot.pause()
+        app.screen._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
+        yield app
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Let the app run until ``condition()`` holds (bounded). Not ``pilot.pause``: it draws the
+    screen itself, as the timer's tick would."""
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
+async def _help_over_the_main_screen(pilot: Pilot[None]) -> Screen[object]:
+    """Opens the help over the cockpit's main screen; returns the main screen."""
+    main = pilot.app.screen
+    await pilot.press("question_mark")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), "help")
+    return main
+
+
 async def test_closing_a_dialog_draws_the_uncovered_screen_at_once_not_at_the_next_tick() -> None:
     """Textual draws a screen from a 60 Hz update timer; under a loud fleet that timer had often
     just ticked, and a close waited for the next tick with nothing else to do. Here the main
     screen's timer never ticks: the uncovered screen is drawn whole by the close itself."""
-    engine = sc.several_running()
-    app = sc.make_app(engine)
+    app = sc.make_app(sc.several_running())
     async with app.run_test(size=SIZE) as pilot:
-        main = app.screen
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        main = await _help_over_the_main_screen(pilot)
         main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
         drawn = _record_draws(app)
         await pilot.press("escape")
-        for _ in range(200):  # not ``pilot.pause``: it draws the screen itself, as the tick would
-            if (main, LayoutUpdate) in drawn:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: (main, LayoutUpdate) in drawn)
         assert app.screen is main
         assert (main, LayoutUpdate) in drawn, "the uncovered screen was not drawn whole"
 
@@ -632,12 +658,9 @@ async def test_closing_a_dialog_draws_the_uncovered_screen_whole_once() -> None:
     repaint of it as it removes the dialog (``App._replace_screen``), which the timer's next tick
     drew again (3 ms idle, more under a loud fleet, and a key pressed just after the close paid
     for it). Nothing changed between the two: the screen is drawn whole once per close."""
-    engine = sc.several_running()
-    app = sc.make_app(engine)
+    app = sc.make_app(sc.several_running())
     async with app.run_test(size=SIZE) as pilot:
-        main = app.screen
-        await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        main = await _help_over_the_main_screen(pilot)
         await pilot.pause()
         drawn = _record_draws(app)
         await pilot.press("escape")
@@ -653,21 +676,13 @@ async def test_a_cursor_move_is_drawn_at_once_not_at_the_next_tick() -> None:
     not at the screen's 60 Hz update timer's next tick (a cursor move waited 0-16 ms for it after
     about 1 ms of work). Here the timer never ticks, and the key is posted as the terminal's
     driver posts it (``pilot.press`` draws the screen itself, as the tick would)."""
-    engine = sc.several_running()
-    app = sc.make_app(engine)
-    async with app.run_test(size=SIZE) as pilot:
+    async with _untimed_cockpit() as app:
         main = app.screen
-        await wait_for(pilot, lambda: app.queue.row_count > 1, "rows")
-        await pilot.pause()
-        main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
         drawn = _record_draws(app)
         row = app.queue.cursor_row
         assert app._driver is not None
         app._driver.send_message(events.Key("down", None))  # as the driver's input thread does
-        for _ in range(200):
-            if app.queue.cursor_row != row and any(screen is main for screen, _ in drawn):
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: app.queue.cursor_row != row and any(screen is main for screen, _ in drawn))
         assert app.queue.cursor_row == row + 1
         assert any(screen is main for screen, _ in drawn), "the moved cursor waited for the screen's timer"
 
@@ -676,18 +691,10 @@ async def test_a_key_draws_its_own_change_at_once_and_leaves_a_waiting_live_pane
     """A live frame's pane waiting to be drawn when a key comes (a loud fleet's stream, 3-5 ms
     of drawing) is not drawn with the key's change: the moved cursor is drawn at once, the
     stream at the timer's next tick."""
-    engine = sc.several_running()
-    app = sc.make_app(engine)
-    async with app.run_test(size=SIZE) as pilot:
+    async with _untimed_cockpit() as app:
         main = app.screen
-        await wait_for(pilot, lambda: app.queue.row_count > 1, "rows")
-        await pilot.pause()
-        main._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
         app.stream.refresh()  # a live frame's change, waiting for the tick
-        for _ in range(200):  # not ``pilot.pause``: it draws the screen itself, as the tick would
-            if app.stream in main._dirty_widgets:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: app.stream in main._dirty_widgets)
         assert app.stream in main._dirty_widgets
         drawn: list[set[Widget]] = []  # the widgets of each draw
         update_widgets = main._compositor.update_widgets
@@ -700,10 +707,7 @@ async def test_a_key_draws_its_own_change_at_once_and_leaves_a_waiting_live_pane
         row = app.queue.cursor_row
         assert app._driver is not None
         app._driver.send_message(events.Key("down", None))
-        for _ in range(200):
-            if drawn:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: bool(drawn))
         assert app.queue.cursor_row == row + 1
         assert drawn, "the moved cursor waited for the screen's timer"
         assert app.queue in drawn[0]
