@@ -125,7 +125,7 @@ class PulseLines(Widget):
             # a line whose figures did not change is kept: a snapshot often moves one or two
             kept, self._lines = self._lines, {}
             for p in self._pulses:
-                self._lines[p] = kept.get(p) or self._draw(p, width, look)
+                self._lines[p] = kept[p] if p in kept else self._draw(p, width, look)
             self._strips = [self._lines[p] for p in self._pulses]
         return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width)
 
@@ -165,11 +165,8 @@ def sparkline(data: Sequence[float], width: int, low: RichColor, high: RichColor
     cells: list[Segment] = []
     index = 0.0
     for _ in range(width):
-        ratio = (shares[int(index)] - minimum) / extent
-        bar = int(ratio * top)
-        cells.append(
-            Segment(BARS[bar] if bar <= top else "█", Style.from_color(blend_colors(low, high, ratio)))
-        )
+        ratio = (shares[int(index)] - minimum) / extent  # 0 to 1
+        cells.append(Segment(BARS[int(ratio * top)], _bar_style(low, high, ratio)))
         index += step
     return cells
 
