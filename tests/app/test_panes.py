@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
-from fleet_tui.app.main_screen import MainScreen
+from fleet_tui.app.main_screen import KEY_FIRST_S, MainScreen
 from fleet_tui.app.scrollbars import SteadyScrollBar
 from fleet_tui.app.stream import FILL_LIMIT, MAX_LINES, UNDRAWN
 from fleet_tui.scheduler.model import (
@@ -726,6 +726,10 @@ async def test_a_key_goes_first_and_its_own_change_is_drawn_at_once_a_waiting_pa
         assert not main.key_first()  # drawn: the key is no longer on its way
         main._on_timer_update()  # the tick
         assert app.stream in drawn[-1]
+        # never for long: a key handed over and not taken within KEY_FIRST_S holds nothing back
+        main.key_sent()
+        main._key_sent_at -= KEY_FIRST_S
+        assert not main.key_first()
 
 
 @pytest.mark.parametrize("key", ["escape", "question_mark"])

@@ -38,8 +38,10 @@ from textual.widget import Widget
 #: handling runs across a few of the loop's turns (the app, the focused widget, the messages it
 #: posts), a few milliseconds even on a loaded machine
 KEY_DRAW_S = 0.1
-#: the longest a live frame or the screen's tick stands aside for a key on its way (``key_first``)
-KEY_FIRST_S = 0.05
+#: the longest a live frame or the screen's tick stands aside for a key on its way (``key_first``):
+#: a key's handling and draw take a few milliseconds, and a key held down (auto-repeat, about 30
+#: a second) must not keep the live panes from being drawn between its repeats
+KEY_FIRST_S = 0.03
 
 
 class MainScreen(Screen[None]):
