@@ -20,7 +20,7 @@ of work. Only a key's: the live frames of a loud fleet still wait for the tick, 
 And a key goes first (``key_first``): from the moment the terminal's driver hands it over until
 the app takes it, and from when it comes back handled until its change is drawn, the screen's
 tick and the cockpit's live frame stand aside (at most ``KEY_FIRST_S``). Under a loud fleet a
-tick drawing the stream (2-6 ms) ran between a key's arrival and its draw in a third of the
+tick drawing the stream (2-6 ms) ran between a key's arrival and its draw in some of the
 slowest cursor moves. A key is never held back by this: only the live frames wait.
 """
 
