@@ -234,7 +234,13 @@ def test_takeover_opens_the_real_claude_on_the_tasks_session(tmp_path: Path, tmu
         tmux(tmux_socket, "send-keys", "-t", target, "-l", "Please finish it by hand")
         tmux(tmux_socket, "send-keys", "-t", target, "Enter")
         wait_for(lambda: "INTERACTIVE-REPLY" in pane(target), timeout=60, what="the model's answer")
-        last = rec.model_requests()[-1]
+        # the request that carried the person's line (Claude Code makes side calls of its own, a
+        # one-message one came after the reply once, on a loaded machine)
+        last = next(
+            r
+            for r in reversed(rec.model_requests())
+            if "Please finish it by hand" in json.dumps(r.body.get("messages", []))
+        )
         texts = [json.dumps(m.get("content")) for m in last.body.get("messages", [])]
         mine = [i for i, x in enumerate(texts) if "Please finish it by hand" in x]
         first = [i for i, x in enumerate(texts) if "HEADLESS-FIRST-PASS" in x]
