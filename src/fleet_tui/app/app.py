@@ -64,8 +64,6 @@ PULL_SECONDS = 1.0
 #: live changes reach the screen at most this often (one frame: the stream's new lines and the
 #: queue's changed cells together); agents publish far faster than a person reads
 FRAME_SECONDS = 0.1
-#: how often a live frame that stands aside for a key looks again (``MainScreen.key_first``)
-KEY_WAIT_SECONDS = 0.005
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 #: the start-up heap (imports, the panes, the engine's first state) is frozen out of the
 #: collector's walks this long after mount, and young collections wait for ``GC_YOUNG``
@@ -243,9 +241,6 @@ class FleetApp(WheelKeys, App[None]):
             self.collector.key()
             if self._key_priority is not None:
                 self._key_priority.key()
-            main = self.screen_stack[0] if self.screen_stack else None
-            if isinstance(main, MainScreen):
-                main.key_taken()
         await super().on_event(event)
         if came_back:
             # the key came back up from the focused widget and its bindings' actions have run:
@@ -271,19 +266,15 @@ class FleetApp(WheelKeys, App[None]):
         """A key is in hand from the moment the terminal's driver hands it over (on its input
         thread), not only when this loop gets to it: a key typed while the cockpit draws a live
         frame (a loud fleet's frame was 5-13 ms of work, twice that with the engine taking the
-        interpreter lock half the time) finds the engine standing aside for the rest of it, and
-        the cockpit's own live frames and screen ticks standing aside until the app takes it
-        (``MainScreen.key_first``)."""
-        driver, priority, main = self._driver, self._key_priority, self.screen_stack[0]
-        if driver is None or not isinstance(main, MainScreen):
+        interpreter lock half the time) finds the engine standing aside for the rest of it."""
+        driver, priority = self._driver, self._key_priority
+        if driver is None or priority is None:
             return
         send = driver.send_message
 
         def send_message(message: Message) -> None:
             if isinstance(message, events.Key):
-                main.key_sent()  # live frames stand aside until the app takes it
-                if priority is not None:
-                    priority.key()
+                priority.key()
             send(message)
 
         driver.send_message = send_message  # type: ignore[method-assign]
@@ -486,15 +477,9 @@ class FleetApp(WheelKeys, App[None]):
         self.gauges.show(self.snap, now)
 
     def _frame(self) -> None:
-        if not self.screen_stack:  # the app is closing: its screens are gone before a timer set just before
-            self._frame_pending = False
-            return
-        main = self.screen_stack[0]
-        if isinstance(main, MainScreen) and main.key_first():
-            # a key on its way goes first: this frame's lines and cells are drawn after it
-            self.set_timer(KEY_WAIT_SECONDS, self._frame)
-            return
         self._frame_pending = False
+        if not self.screen_stack:  # the app is closing: its screens are gone before a timer set just before
+            return
         if self._covered:
             # a dialog or the detail screen covers the panes: their live lines and cells wait
             # (drawn beneath a see-through dialog they cost a redraw of the whole cockpit a

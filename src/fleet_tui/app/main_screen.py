@@ -17,11 +17,6 @@ waited behind it): that one repaint is dropped when the screen has been drawn wh
 A key's change is drawn at once too (``key_in_hand``): Textual draws a screen's changes from a
 60 Hz timer, so a cursor move waited 0-16 ms for the timer's next tick after its few milliseconds
 of work. Only a key's: the live frames of a loud fleet still wait for the tick, at most 60 a second.
-And a key goes first (``key_first``): from the moment the terminal's driver hands it over until
-the app takes it, and from when it comes back handled until its change is drawn, the screen's
-tick and the cockpit's live frame stand aside (at most ``KEY_FIRST_S``). Under a loud fleet a
-tick drawing the stream (2-6 ms) ran between a key's arrival and its draw in some of the
-slowest cursor moves. A key is never held back by this: only the live frames wait.
 """
 
 from __future__ import annotations
@@ -38,10 +33,6 @@ from textual.widget import Widget
 #: handling runs across a few of the loop's turns (the app, the focused widget, the messages it
 #: posts), a few milliseconds even on a loaded machine
 KEY_DRAW_S = 0.1
-#: the longest a live frame or the screen's tick stands aside for a key on its way (``key_first``):
-#: a key's handling and draw take a few milliseconds, and a key held down (auto-repeat, about 30
-#: a second) must not keep the live panes from being drawn between its repeats
-KEY_FIRST_S = 0.03
 
 
 class MainScreen(Screen[None]):
@@ -54,33 +45,6 @@ class MainScreen(Screen[None]):
     _dirty_before: frozenset[Widget] = frozenset()
     _drawn_whole = False  # drawn whole since it was uncovered
     _put_away = False  # the next refresh is Textual's as it puts the dialog away (``putting_away``)
-    _key_sent_at = 0.0  # the driver handed over a key (monotonic; set on the driver's thread)
-    _key_taken_at = 0.0  # the app took the last key handed over (monotonic)
-
-    def key_sent(self) -> None:
-        """The terminal's driver handed a key over (on its input thread): it waits in the app's
-        queue until ``key_taken``."""
-        self._key_sent_at = time.monotonic()
-
-    def key_taken(self) -> None:
-        """The app took the key from its queue (before its bindings run)."""
-        self._key_taken_at = time.monotonic()
-
-    def key_first(self) -> bool:
-        """A key is on its way: handed over and not yet taken, or handled and its change not yet
-        drawn (``key_in_hand``), for at most ``KEY_FIRST_S``. A live frame waits for it."""
-        now = time.monotonic()
-        sent = self._key_sent_at
-        if sent > self._key_taken_at and now - sent < KEY_FIRST_S:
-            return True
-        return bool(self._key_at) and now - self._key_at < KEY_FIRST_S
-
-    def _on_timer_update(self) -> None:
-        """The screen's 60 Hz tick, standing aside for a key on its way: the key's change is
-        drawn at once, and what the tick would have drawn goes at a later one."""
-        if self.key_first():
-            return  # (the timer runs on: it ticks again a frame later)
-        super()._on_timer_update()
 
     def putting_away(self) -> None:
         """A dialog over this screen is being put away (``FleetApp._replace_screen``): Textual's
@@ -156,5 +120,5 @@ class MainScreen(Screen[None]):
         self._dirty_before = frozenset()
         if self.is_current:
             whole = self._repaint_required
-            super()._on_timer_update()
+            self._on_timer_update()
             self._drawn_whole = self._drawn_whole or whole
