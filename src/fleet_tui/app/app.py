@@ -255,12 +255,8 @@ class FleetApp(WheelKeys, App[None]):
         screen now on top, which the close drew whole already (``MainScreen.putting_away``)."""
         top = self.screen if self._screen_stack else None
         if isinstance(top, MainScreen):
-            top.putting_away()
-        try:
-            return await super()._replace_screen(screen)
-        finally:
-            if isinstance(top, MainScreen):
-                top._put_away = False
+            top.putting_away()  # taken by that refresh, Textual's first act here
+        return await super()._replace_screen(screen)
 
     def _keys_in_hand_from_the_driver(self) -> None:
         """A key is in hand from the moment the terminal's driver hands it over (on its input

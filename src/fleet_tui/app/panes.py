@@ -110,9 +110,9 @@ class PulseLines(Widget):
         _, background = self.background_colors
         key = (self._pulses, width, self.app.theme, background)
         if key != self._drawn_for:
-            look_key = key[1:]
-            if look_key != self._drawn_for[1:]:
-                self._lines.clear()  # another width or look: every line again
+            # a line whose figures did not change is kept (a snapshot often moves one or two),
+            # unless the width or the look changed: then every line again
+            kept = self._lines if key[1:] == self._drawn_for[1:] else {}
             self._drawn_for = key
             # the pane's look, read once for every line: as Textual's Sparkline widget draws
             # it, its colours over the pane's background
@@ -122,10 +122,7 @@ class PulseLines(Widget):
                 high=(background + self.get_component_styles("pulse--max-color").color).rich_color,
                 fill=Style(bgcolor=background.rich_color),
             )
-            # a line whose figures did not change is kept: a snapshot often moves one or two
-            kept, self._lines = self._lines, {}
-            for p in self._pulses:
-                self._lines[p] = kept[p] if p in kept else self._draw(p, width, look)
+            self._lines = {p: kept[p] if p in kept else self._draw(p, width, look) for p in self._pulses}
             self._strips = [self._lines[p] for p in self._pulses]
         return self._strips[y] if 0 <= y < len(self._strips) else Strip.blank(width)
 
