@@ -959,6 +959,37 @@ async def test_a_growing_streams_scroll_bar_is_put_together_from_rows_textual_dr
         assert bar.assembled >= len(seen) // 2  # most of them put together
 
 
+async def test_a_cleared_stream_draws_one_blank_row_not_a_pane_of_them() -> None:
+    """The selection moving to a task with nothing to show clears the pane within the key's own
+    draw: the rows past the last line all look the same, so one is drawn (with the border, for
+    the new title) and the others are copies of it, the same rows a full draw makes."""
+    engine = sc.several_running()
+    engine.events_by_task["t-0002"] = [
+        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}") for i in range(FILL_LIMIT)
+    ]
+    app = sc.make_app(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        app.queue.select_id("t-0002")
+        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
+        stream = app.stream
+        await pilot.pause()
+        full = stream.region.size.region
+        assert full.height > 20
+        before = stream.rows_drawn
+        app.queue.select_id("t-0003")  # running, nothing stored
+        await wait_for(pilot, lambda: stream.task_id == "t-0003" and not stream.filling, "followed")
+        await wait_for(pilot, lambda: "docs-pass" in str(stream.border_title), "retitled")
+        await pilot.pause()
+        kept = stream.render_lines(full)
+        assert not stream.lines
+        # at most two looks (the cleared pane, then its new title): two border rows and one blank
+        assert 1 <= stream.rows_drawn - before <= 6
+        stream._rows.clear()
+        stream._styles_cache.clear()
+        assert stream.render_lines(full) == kept
+
+
 async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_a_full_draw() -> None:
     """Following a live agent, a frame draws the new line (and the border), not every line in
     view again: the rows of the lines still in view are kept from the last draw, moved up. They

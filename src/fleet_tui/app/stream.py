@@ -46,6 +46,8 @@ LINE_CACHE = 256
 
 #: a kept line not drawn yet: ``StreamLog._render_line`` draws it from the event behind it
 UNDRAWN = Strip([])
+#: the key of the rows past the log's last line among a pane's kept rows (``StreamLog._rows``)
+BLANK_ROW = -(1 << 31)
 
 
 class _NoteLine(str):
@@ -244,7 +246,8 @@ class StreamLog(RichLog):
             self._pass_style = None
 
     def clear(self) -> Self:
-        self._rows.clear()  # the kept lines are numbered from 0 again
+        # the kept lines are numbered from 0 again; the border's rows and the blank row stay
+        self._rows = {n: row for n, row in self._rows.items() if n < 0}
         self._drawn_from = 0
         return super().clear()
 
@@ -252,8 +255,11 @@ class StreamLog(RichLog):
         """The pane's rows in ``crop``: each log line's row and the border's as drawn the last time
         they were in view (a scroll moves the rows, it does not change them: following a live
         agent, only the new lines at the end are drawn, not every line in view again); the others
-        (blank rows, a line not drawn yet) through textual. Anything else that changes how a row
-        looks (size, styles, focus, title, theme, filters) draws them all again."""
+        (a line not drawn yet) through textual, and the rows past the last line as one of them
+        drawn once (a cleared pane, when the selection moves, was 30 blank rows drawn through
+        textual within the key's own draw: 4-5 ms of a cursor move under a loud fleet). Anything
+        else that changes how a row looks (size, styles, focus, title, theme, filters) draws them
+        all again."""
         width, height = size = self.region.size  # with the border, as textual draws it
         top, _, bottom, _ = self.styles.gutter
         if crop.column_span != (0, width):
@@ -273,16 +279,20 @@ class StreamLog(RichLog):
         first = self.scroll_offset.y - top + self._start_line  # the line on row 0, numbered for good
         end = self._start_line + len(self.lines)
 
-        def line_of(y: int) -> int | None:
-            """Row ``y``'s key among the kept rows: its line's number, a border row's -1 - y."""
+        def line_of(y: int) -> int:
+            """Row ``y``'s key among the kept rows: its line's number, a border row's -1 - y, a
+            row past the last line ``BLANK_ROW`` (every one of them looks the same)."""
             if not top <= y < height - bottom:
                 return -1 - y
             n = first + y
-            return n if n < end else None
+            return n if n < end else BLANK_ROW
 
-        rows: list[Strip | None] = [
-            None if (n := line_of(y)) is None else self._rows.get(n) for y in crop.line_range
-        ]
+        keys = [line_of(y) for y in crop.line_range]
+        if BLANK_ROW in keys and BLANK_ROW not in self._rows:  # one drawn, the others the same
+            y = crop.y + keys.index(BLANK_ROW)
+            self.rows_drawn += 1
+            self._rows[BLANK_ROW] = super().render_lines(Region(0, y, width, 1))[0]
+        rows: list[Strip | None] = [self._rows.get(n) for n in keys]
         i = 0
         while i < len(rows):  # the rows not kept, a run at a time
             if rows[i] is not None:
@@ -293,9 +303,7 @@ class StreamLog(RichLog):
                 j += 1
             self.rows_drawn += j - i
             for y, strip in enumerate(super().render_lines(Region(0, crop.y + i, width, j - i)), crop.y + i):
-                rows[y - crop.y] = strip
-                if (n := line_of(y)) is not None:
-                    self._rows[n] = strip
+                rows[y - crop.y] = self._rows[line_of(y)] = strip
             i = j
         if len(self._rows) > 2 * height:  # keep what is in view
             self._rows = {n: r for n, r in self._rows.items() if n < 0 or first <= n < first + height}
