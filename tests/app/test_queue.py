@@ -190,6 +190,40 @@ async def test_cursor_stays_on_its_task_while_rows_reorder() -> None:
         assert queue.lines_drawn - drawn <= 3
 
 
+async def test_a_scrolled_queue_keeps_the_lines_it_drew_and_they_are_a_full_draws() -> None:
+    """A scroll (or a rebuilt list) moves lines: a task line whose task, state, elapsed time,
+    style and width are those it was drawn with is kept, not made again, and the kept lines
+    are exactly what drawing them anew makes. The scroll bar is drawn again only as it looks
+    different (``SteadyScrollBar``)."""
+    engine = big_fleet()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        queue = app.queue
+        assert queue.select_id("t-09990")  # a screen of queued tasks
+        await pilot.pause()
+        made: list[str] = []
+        line = queue._line
+
+        def counted(cells, style, width):  # type: ignore[no-untyped-def]
+            made.append(cells[0][0])
+            return line(cells, style, width)
+
+        queue._line = counted  # type: ignore[method-assign]
+        drawn = queue.lines_drawn
+        queue.scroll_to(y=round(queue.scroll_y) - 1, animate=False, immediate=True)  # one row up
+        await wait_for(pilot, lambda: queue.lines_drawn - drawn >= queue.size.height - 1, "redrawn")
+        await pilot.pause()
+        assert len(made) <= 2  # the line come into view (and the cursor's, if it moved)
+        full = queue.size.region
+        kept = queue.render_lines(full)
+        queue._kept.clear()
+        queue._styles_cache.clear()
+        assert queue.render_lines(full) == kept
+        assert len(made) > queue.size.height // 2  # (the lines were made anew)
+        assert type(queue.vertical_scrollbar).__name__ == "SteadyScrollBar"
+
+
 async def test_idle_cockpit_draws_nothing() -> None:
     """Nothing changes and nothing on screen runs: a pull is no work (same snapshot, no lines)."""
     engine = big_fleet()

@@ -23,16 +23,18 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input
 
 from fleet_tui.app.columns import Column, cell_texts, cut_end, cut_middle, group_text, layout
-from fleet_tui.app.format import GLYPHS, TaskFilter
+from fleet_tui.app.format import GLYPHS, TaskFilter, duration, elapsed
 from fleet_tui.app.order import FINISHED, QueueModel, Row
+from fleet_tui.app.scrollbars import steady_scrollbar
 from fleet_tui.scheduler.model import Task
 from fleet_tui.scheduler.states import ACTIVE
 
@@ -105,6 +107,16 @@ class QueueView(ScrollView, can_focus=True):
             self.task_id = task_id
             super().__init__()
 
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """Redrawn only when it would look different (scrollbars.py): a cursor move that
+        scrolls the list drew the whole bar again, a millisecond of the key's draw under load."""
+        return steady_scrollbar(self, vertical=True)
+
+    @property
+    def horizontal_scrollbar(self) -> ScrollBar:
+        return steady_scrollbar(self, vertical=False)
+
     def __init__(self, *, clock: Callable[[], float] = time.time, id: str | None = None) -> None:
         super().__init__(id=id)
         self.model = QueueModel()
@@ -117,6 +129,9 @@ class QueueView(ScrollView, can_focus=True):
         self._layout_for: tuple[int, int] = (-1, -1)
         self._style_cache: dict[tuple[str, bool, str], Style] = {}
         self._repaint: set[str] = set()
+        #: a task's line as last drawn, by task id: what it was drawn from, then the line
+        self._kept: dict[str, tuple[tuple[object, ...], Strip]] = {}
+        self._pass_width: int | None = None  # the content's width, during one ``render_lines``
         #: lines drawn since mount (a test and the benchmark read it: cost follows the screen)
         self.lines_drawn = 0
 
@@ -451,7 +466,7 @@ class QueueView(ScrollView, can_focus=True):
         self._set_virtual_size()
 
     def columns(self) -> tuple[Column, ...]:
-        width = self.scrollable_content_region.width
+        width = self._content_width()
         key = (width, self.model.max_name)
         if key != self._layout_for:
             self._layout_for = key
@@ -471,9 +486,22 @@ class QueueView(ScrollView, can_focus=True):
             self._style_cache[key] = style
         return style
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """As textual's, with the content's width read once for the lines of one pass (each read
+        walks the widget's scroll bars and gutter: a quarter of a line's drawing)."""
+        self._pass_width = self.scrollable_content_region.width
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_width = None
+
+    def _content_width(self) -> int:
+        width = self._pass_width
+        return self.scrollable_content_region.width if width is None else width
+
     def render_line(self, y: int) -> Strip:
         self.lines_drawn += 1
-        width = self.scrollable_content_region.width
+        width = self._content_width()
         base = self._style("base")
         if y == 0:
             return self._line(
@@ -491,7 +519,7 @@ class QueueView(ScrollView, can_focus=True):
             if task is None:
                 return Strip.blank(width, base)
             asking = self.model.is_asking(task)
-            values = cell_texts(task, self.clock(), asking)
+            now = self.clock()
             if asking or task.status.value == "needs_human":
                 style += self._style("queue--attention")
             elif task.status in FINISHED:
@@ -499,7 +527,19 @@ class QueueView(ScrollView, can_focus=True):
             strip_style = style
             if index == self.cursor:
                 strip_style = style + self._style("queue--cursor")
-            return self._line([(values[c.key], c) for c in self.columns()], strip_style, width)
+            columns = self.columns()
+            # a line is drawn again only when what it shows changed: a scroll or a rebuilt
+            # list moves lines, and a loud fleet changes a few of them a frame, not all
+            drawn_from = (task, asking, duration(elapsed(task, now)), strip_style, width, columns)
+            kept = self._kept.get(task.id)
+            if kept is not None and kept[0][0] is task and kept[0][1:] == drawn_from[1:]:
+                return kept[1]
+            values = cell_texts(task, now, asking)
+            line = self._line([(values[c.key], c) for c in columns], strip_style, width)
+            if len(self._kept) > 2 * len(self._rows) + 64:  # tasks long gone from the list
+                self._kept.clear()
+            self._kept[task.id] = (drawn_from, line)
+            return line
         if row.kind == "group":
             info = self.model.group(row.ref)
             text = group_text(info) if info is not None else row.ref
