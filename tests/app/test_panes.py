@@ -610,11 +610,11 @@ def _record_draws(app: FleetApp) -> list[tuple[object, type]]:
 
 
 @asynccontextmanager
-async def _untimed_cockpit() -> AsyncIterator[FleetApp]:
+async def _untimed_cockpit(size: tuple[int, int] = SIZE) -> AsyncIterator[FleetApp]:
     """A cockpit with several running rows whose main screen's update timer never ticks: what
     is drawn is drawn at once, by the cockpit itself."""
     app = sc.make_app(sc.several_running())
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=size) as pilot:
         await wait_for(pilot, lambda: app.queue.row_count > 1, "rows")
         await pilot.pause()
         app.screen._Screen__update_timer = _NoTick()  # type: ignore[attr-defined]
@@ -715,6 +715,47 @@ async def test_a_key_draws_its_own_change_at_once_and_leaves_a_waiting_live_pane
         assert app.stream in main._dirty_widgets
         main._on_timer_update()  # the tick
         assert app.stream in drawn[-1]
+
+
+async def test_a_keys_draw_beside_the_live_stream_does_not_draw_the_streams_waiting_lines() -> None:
+    """Textual asks every pane in the queue's row of the screen for its rows when the queue's
+    lines are drawn, and cuts away the rest: the stream's new lines, waiting for the next frame,
+    were drawn within the key's draw only to be cut away. The stream answers with the rows on
+    screen then, and draws its new lines at the tick."""
+    async with _untimed_cockpit(size=(160, 48)) as app:
+        main = app.screen
+        stream = app.stream
+        app.queue.select_id("t-0004")  # the last task row: below it, the folded finished tasks
+        await _until(lambda: stream.task_id == "t-0004" and stream.size.height > 20)
+        main._on_timer_update()  # the fill waits for the screen's refresh
+        await _until(lambda: not stream.filling)
+        assert stream.task_id == "t-0004" and not stream.filling
+        main._on_timer_update()  # all drawn: nothing waits
+        task_id = stream.task_id
+        stream._write_events([Event(task_id, 9, i, sc.NOW, "text", text=f"new line {i}") for i in range(40)])
+        await _until(lambda: stream in main._dirty_widgets)
+        assert stream in main._dirty_widgets
+        before = stream.rows_drawn
+        drawn: list[set[Widget]] = []
+        update_widgets = main._compositor.update_widgets
+
+        def recorded(widgets: set[Widget]) -> None:
+            drawn.append(set(widgets))
+            update_widgets(widgets)
+
+        main._compositor.update_widgets = recorded  # type: ignore[method-assign]
+        row = app.queue.cursor_row
+        assert app._driver is not None
+        app._driver.send_message(events.Key("down", None))
+        await _until(lambda: bool(drawn))
+        assert app.queue.cursor_row == row + 1 and app.queue.selected_id is None  # (the folded row)
+        assert drawn and app.queue in drawn[0], "the moved cursor was not drawn at once"
+        assert stream.task_id == "t-0004"
+        assert stream.rows_drawn == before, "the stream's waiting lines were drawn in the key's draw"
+        main._on_timer_update()  # the tick
+        assert stream in drawn[-1] and stream.rows_drawn > before
+        rows = [strip.text for strip in stream.render_lines(stream.region.size.region)]
+        assert "new line 39" in "".join(rows), rows
 
 
 @pytest.mark.parametrize("key", ["escape", "question_mark"])

@@ -29,6 +29,8 @@ from textual.geometry import Region
 from textual.screen import Screen
 from textual.widget import Widget
 
+from fleet_tui.app.stream import StreamLog
+
 #: how long after a key the screen's next change counts as the key's (drawn at once): a key's
 #: handling runs across a few of the loop's turns (the app, the focused widget, the messages it
 #: posts), a few milliseconds even on a loaded machine
@@ -82,18 +84,34 @@ class MainScreen(Screen[None]):
     def _draw_keys_own(self) -> None:
         """Only the key's own change is drawn at once: the focused widget and what changed after
         the key was handled. A live frame's panes that were waiting already (a loud fleet's
-        stream, 3-5 ms of drawing) are left for the timer's next tick, a frame later."""
+        stream, 3-5 ms of drawing) are left for the timer's next tick, a frame later. The
+        stream is asked for its rows all the same when it shares a row of the screen with the
+        key's change; unless the key changed it, it answers with the rows on screen."""
         dirty = self._dirty_widgets
         focused = self.focused
         waiting = {w for w in dirty if w in self._dirty_before and w is not focused}
         if waiting == dirty and not (self._layout_required or self._scroll_required):
             return  # nothing of the key's yet: still armed
         dirty.difference_update(waiting)
+        # the live stream, unless the key changed it: asked for its rows all the same (it shares
+        # the queue's row of the screen), it answers with those on screen (``StreamLog.holding``)
+        stream = getattr(self.app, "stream", None)
+        held = (
+            stream
+            if isinstance(stream, StreamLog)
+            and stream not in dirty
+            and not (self._layout_required or self._scroll_required)
+            else None
+        )
+        if held is not None:
+            held.holding = True
         try:
             self._draw_now()
         finally:
             # (the draw emptied the set) Textual's idle handler, next, starts the timer for them
             dirty.update(waiting)
+            if held is not None:
+                held.holding = False
 
     def on_screen_resume(self, event: ScreenResume) -> None:
         self._key_at = 0.0  # a key that covered or uncovered it is drawn by the switch itself
