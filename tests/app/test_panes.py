@@ -25,6 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Input, RichLog, Static
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.main_screen import MainScreen
 from fleet_tui.app.scrollbars import SteadyScrollBar
 from fleet_tui.app.stream import FILL_LIMIT, MAX_LINES, UNDRAWN
 from fleet_tui.scheduler.model import (
@@ -325,6 +326,7 @@ async def test_stream_fills_then_follows_live_without_duplicates() -> None:
         await pilot.pause()
         app.stream.flush()
         assert len(app.stream.lines) == filled + 1
+        await wait_for(pilot, lambda: app.stream.lines[-1] is not UNDRAWN, "drawn when shown")
         assert "live line" in app.stream.lines[-1].text
         assert all("other task" not in line.text for line in app.stream.lines)
 
@@ -717,13 +719,16 @@ async def test_a_key_draws_its_own_change_at_once_and_leaves_a_waiting_live_pane
         assert app.stream in drawn[-1]
 
 
-async def test_a_keys_draw_beside_the_live_stream_does_not_draw_the_streams_waiting_lines() -> None:
-    """Textual asks every pane in the queue's row of the screen for its rows when the queue's
-    lines are drawn, and cuts away the rest: the stream's new lines, waiting for the next frame,
-    were drawn within the key's draw only to be cut away. The stream answers with the rows on
-    screen then, and draws its new lines at the tick."""
+@pytest.mark.parametrize("lines_come", ["before the key", "as the key is handled"])
+async def test_a_keys_draw_leaves_the_live_streams_new_lines_for_the_tick(lines_come: str) -> None:
+    """The live stream's new lines (waiting for the next frame when the key came, or flushed by
+    a live frame just as it was handled) are not drawn with the key's change: the moved cursor
+    is drawn at once, the stream at the tick. Textual asks every pane in the queue's row of the
+    screen for its rows when the queue's lines are drawn, and cuts away the rest: the stream
+    answers with the rows it drew last instead of drawing its new lines to be cut away."""
     async with _untimed_cockpit(size=(160, 48)) as app:
         main = app.screen
+        assert isinstance(main, MainScreen)
         stream = app.stream
         app.queue.select_id("t-0004")  # the last task row: below it, the folded finished tasks
         await _until(lambda: stream.task_id == "t-0004" and stream.size.height > 20)
@@ -731,10 +736,19 @@ async def test_a_keys_draw_beside_the_live_stream_does_not_draw_the_streams_wait
         await _until(lambda: not stream.filling)
         assert stream.task_id == "t-0004" and not stream.filling
         main._on_timer_update()  # all drawn: nothing waits
-        task_id = stream.task_id
-        stream._write_events([Event(task_id, 9, i, sc.NOW, "text", text=f"new line {i}") for i in range(40)])
-        await _until(lambda: stream in main._dirty_widgets)
-        assert stream in main._dirty_widgets
+        new = [Event("t-0004", 9, i, sc.NOW, "text", text=f"new line {i}") for i in range(40)]
+        if lines_come == "before the key":
+            stream._write_events(new)
+            await _until(lambda: stream in main._dirty_widgets)
+            assert stream in main._dirty_widgets
+        else:
+            key_in_hand = main.key_in_hand
+
+            def then_a_frame() -> None:
+                key_in_hand()
+                stream._write_events(new)
+
+            main.key_in_hand = then_a_frame  # type: ignore[method-assign]
         before = stream.rows_drawn
         drawn: list[set[Widget]] = []
         update_widgets = main._compositor.update_widgets
@@ -747,11 +761,12 @@ async def test_a_keys_draw_beside_the_live_stream_does_not_draw_the_streams_wait
         row = app.queue.cursor_row
         assert app._driver is not None
         app._driver.send_message(events.Key("down", None))
-        await _until(lambda: bool(drawn))
+        await _until(lambda: bool(drawn) and stream in main._dirty_widgets)
         assert app.queue.cursor_row == row + 1 and app.queue.selected_id is None  # (the folded row)
         assert drawn and app.queue in drawn[0], "the moved cursor was not drawn at once"
         assert stream.task_id == "t-0004"
-        assert stream.rows_drawn == before, "the stream's waiting lines were drawn in the key's draw"
+        assert all(stream not in d for d in drawn), "the stream's new lines were drawn with the key's"
+        assert stream.rows_drawn == before, "the stream's new lines were drawn in the key's draw"
         main._on_timer_update()  # the tick
         assert stream in drawn[-1] and stream.rows_drawn > before
         rows = [strip.text for strip in stream.render_lines(stream.region.size.region)]
@@ -795,6 +810,8 @@ async def test_stream_is_batched_and_capped() -> None:
         assert len(app.stream.lines) == before  # buffered until the timer flushes
         app.stream.flush()
         assert len(app.stream.lines) == MAX_LINES
+        assert all(line is UNDRAWN for line in app.stream.lines[-50:])  # a live flush draws none
+        await wait_for(pilot, lambda: app.stream.lines[-1] is not UNDRAWN, "drawn when shown")
         assert "line 2999" in app.stream.lines[-1].text
 
 
@@ -851,6 +868,7 @@ async def test_stream_lines_follow_the_pane_width() -> None:
         app.stream.offer([Event("t-0002", 9, 1, sc.NOW, "text", text=long)])
         app.stream.flush()
         stream = app.stream
+        await wait_for(pilot, lambda: stream.lines[-1] is not UNDRAWN, "drawn when shown")
         narrow = stream.lines[-1].text
         assert narrow.endswith("…") and len(narrow) == stream.scrollable_content_region.width
         count = len(stream.lines)

@@ -83,26 +83,30 @@ class MainScreen(Screen[None]):
 
     def _draw_keys_own(self) -> None:
         """Only the key's own change is drawn at once: the focused widget and what changed after
-        the key was handled. A live frame's panes that were waiting already (a loud fleet's
-        stream, 3-5 ms of drawing) are left for the timer's next tick, a frame later. The
-        stream is asked for its rows all the same when it shares a row of the screen with the
-        key's change; unless the key changed it, it answers with the rows on screen."""
+        the key was handled. A live frame's panes that were waiting already are left for the
+        timer's next tick, a frame later, and so is the live stream unless it has the focus: a
+        loud fleet's stream was 3-8 ms of the key's draw (its new lines, or a frame's flush that
+        reached the screen just after the key), and what a key changes there (the selected
+        task's stream, cleared for its stored events) follows a frame later, with the fill.
+        The stream is asked for its rows all the same when it shares a row of the screen with
+        the key's change (Textual asks every widget in the update's bounds, and cuts away what
+        is outside it): it answers with the rows it drew last (``StreamLog.holding``)."""
         dirty = self._dirty_widgets
         focused = self.focused
         waiting = {w for w in dirty if w in self._dirty_before and w is not focused}
-        if waiting == dirty and not (self._layout_required or self._scroll_required):
-            return  # nothing of the key's yet: still armed
-        dirty.difference_update(waiting)
-        # the live stream, unless the key changed it: asked for its rows all the same (it shares
-        # the queue's row of the screen), it answers with those on screen (``StreamLog.holding``)
         stream = getattr(self.app, "stream", None)
         held = (
             stream
             if isinstance(stream, StreamLog)
-            and stream not in dirty
+            and stream is not focused
             and not (self._layout_required or self._scroll_required)
             else None
         )
+        if held is not None:
+            waiting.update(dirty & {held, held._vertical_scrollbar, held._horizontal_scrollbar})
+        if waiting == dirty and not (self._layout_required or self._scroll_required):
+            return  # nothing of the key's yet: still armed
+        dirty.difference_update(waiting)
         if held is not None:
             held.holding = True
         try:
