@@ -773,6 +773,40 @@ async def test_a_keys_draw_leaves_the_live_streams_new_lines_for_the_tick(lines_
         assert "new line 39" in "".join(rows), rows
 
 
+async def test_a_keys_draw_leaves_the_gauges_and_header_of_a_live_frame_for_the_tick() -> None:
+    """The once-a-second snapshot redraws the gauges and the header (5-9 ms under a loud
+    fleet); one that lands just as a key is handled is drawn at the tick, not with the key."""
+    async with _untimed_cockpit(size=(160, 48)) as app:
+        main = app.screen
+        assert isinstance(main, MainScreen)
+        main._on_timer_update()  # all drawn: nothing waits
+        key_in_hand = main.key_in_hand
+
+        def then_a_snapshot() -> None:
+            key_in_hand()
+            app.gauges.refresh()
+            app.header.refresh()
+
+        main.key_in_hand = then_a_snapshot  # type: ignore[method-assign]
+        drawn: list[set[Widget]] = []
+        update_widgets = main._compositor.update_widgets
+
+        def recorded(widgets: set[Widget]) -> None:
+            drawn.append(set(widgets))
+            update_widgets(widgets)
+
+        main._compositor.update_widgets = recorded  # type: ignore[method-assign]
+        row = app.queue.cursor_row
+        assert app._driver is not None
+        app._driver.send_message(events.Key("down", None))
+        await _until(lambda: bool(drawn) and app.gauges in main._dirty_widgets)
+        assert app.queue.cursor_row == row + 1
+        assert drawn and app.queue in drawn[0], "the moved cursor was not drawn at once"
+        assert app.gauges not in drawn[0] and app.header not in drawn[0]
+        main._on_timer_update()  # the tick
+        assert app.gauges in drawn[-1] and app.header in drawn[-1]
+
+
 @pytest.mark.parametrize("key", ["escape", "question_mark"])
 async def test_the_key_that_closes_the_help_is_taken_by_the_app_not_passed_down_the_dialog(key: str) -> None:
     """The help's closing keys are priority bindings: the cockpit acts on them as it takes the

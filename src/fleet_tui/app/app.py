@@ -32,6 +32,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
 
@@ -257,6 +258,11 @@ class FleetApp(WheelKeys, App[None]):
         if isinstance(top, MainScreen):
             top.putting_away()  # taken by that refresh, Textual's first act here
         return await super()._replace_screen(screen)
+
+    def live_panes(self) -> tuple[Widget, ...]:
+        """The panes only live frames change (a key's own draw leaves them for the next tick:
+        ``MainScreen._draw_keys_own``)."""
+        return (self.stream, self.gauges, self.header)
 
     def _keys_in_hand_from_the_driver(self) -> None:
         """A key is in hand from the moment the terminal's driver hands it over (on its input

@@ -84,29 +84,32 @@ class MainScreen(Screen[None]):
     def _draw_keys_own(self) -> None:
         """Only the key's own change is drawn at once: the focused widget and what changed after
         the key was handled. A live frame's panes that were waiting already are left for the
-        timer's next tick, a frame later, and so is the live stream unless it has the focus: a
-        loud fleet's stream was 3-8 ms of the key's draw (its new lines, or a frame's flush that
-        reached the screen just after the key), and what a key changes there (the selected
-        task's stream, cleared for its stored events) follows a frame later, with the fill.
-        The stream is asked for its rows all the same when it shares a row of the screen with
-        the key's change (Textual asks every widget in the update's bounds, and cuts away what
-        is outside it): it answers with the rows it drew last (``StreamLog.holding``)."""
+        timer's next tick, a frame later, and so are the panes only live frames change (the
+        app's ``live_panes``: the stream unless it has the focus, the gauges, the header),
+        whenever they changed: a loud fleet's stream was 3-8 ms of a key's draw (a frame's
+        flush that reached the screen just after the key), the once-a-second gauges 5-9 ms.
+        What a key changes there (the selected task's stream, cleared for its stored events)
+        follows a frame later. The stream is asked for its rows all the same when it shares a
+        row of the screen with the key's change (Textual asks every widget in the update's
+        bounds, and cuts away what is outside it): it answers with the rows it drew last
+        (``StreamLog.holding``)."""
         dirty = self._dirty_widgets
         focused = self.focused
-        waiting = {w for w in dirty if w in self._dirty_before and w is not focused}
-        stream = getattr(self.app, "stream", None)
-        held = (
-            stream
-            if isinstance(stream, StreamLog)
-            and stream is not focused
-            and not (self._layout_required or self._scroll_required)
-            else None
-        )
-        if held is not None:
-            waiting.update(dirty & {held, held._vertical_scrollbar, held._horizontal_scrollbar})
+        live_panes = getattr(self.app, "live_panes", None)  # FleetApp's
+        live = {pane for pane in live_panes() if pane is not focused} if live_panes is not None else set()
+
+        def waits(widget: Widget) -> bool:
+            if widget is focused:
+                return False
+            return widget in self._dirty_before or any(node in live for node in widget.ancestors_with_self)
+
+        waiting = {w for w in dirty if waits(w)}
         if waiting == dirty and not (self._layout_required or self._scroll_required):
             return  # nothing of the key's yet: still armed
         dirty.difference_update(waiting)
+        held = next((pane for pane in live if isinstance(pane, StreamLog)), None)
+        if held is not None and (self._layout_required or self._scroll_required):
+            held = None  # a reflow may move or resize it: it draws as it is
         if held is not None:
             held.holding = True
         try:
