@@ -9,11 +9,9 @@ The log keeps a bounded number of lines (the full history is in ``fleet-tui logs
 screen), and the events behind them: a line is cut to the pane's width when written, so when the
 width changes (the terminal resized, or the first layout settling after the fill) every kept line is
 rendered again at the new width rather than staying cut at the old one. Only the lines in view are
-drawn when a fill or a note is written (the end of the log, which the pane follows); the others are
-drawn when first scrolled to: a fill of 200 events drew all 200, ~7 ms of the cockpit's thread
-(twice that while the hosted engine competes for the interpreter) for the ~20 on screen. A live
-frame's lines are all drawn when first shown, in the screen's update, not in the frame's flush (a
-key pressed during the flush waited for them). When the selection changes the pane is
+drawn when written (the end of the log, which the pane follows); the others are drawn when first
+scrolled to: a fill of 200 events drew all 200, ~7 ms of the cockpit's thread (twice that while the
+hosted engine competes for the interpreter) for the ~20 on screen. When the selection changes the pane is
 cleared at once and filled from the engine's stored events only after the screen has been refreshed
 (so a cursor move is on screen without waiting for the read and 200 lines drawn, and a key held down
 reads only where the cursor rests), then follows live ones, dropping any the fill already showed (by
@@ -170,7 +168,7 @@ class StreamLog(RichLog):
         if self._filling or not self._buffer:
             return
         pending, self._buffer = self._buffer, []
-        self._write_events(pending, eager=False)
+        self._write_events(pending)
 
     def show_hint(self, text: str) -> None:
         """While no task is followed: a line saying why (written again only when it changes)."""
@@ -201,7 +199,7 @@ class StreamLog(RichLog):
     def _line(self, item: Event | str, width: int) -> Text:
         return event_line(item, width, self._styles) if isinstance(item, Event) else Text(item)
 
-    def _write_events(self, events: Iterable[Event], eager: bool = True) -> None:
+    def _write_events(self, events: Iterable[Event]) -> None:
         width = self._line_width()
         if self._size_known and self._shown and width != self._width:  # cut at another width
             self._rerender()
@@ -217,7 +215,7 @@ class StreamLog(RichLog):
             return
         self._shown.extend(fresh)
         if self._size_known:  # else they are rendered when the pane first learns its size (``on_resize``)
-            self._append(fresh[-self.max_lines :] if self.max_lines else fresh, width, eager)
+            self._append(fresh[-self.max_lines :] if self.max_lines else fresh, width)
         self.flushes += 1
 
     def on_resize(self, event: Resize) -> None:
@@ -361,20 +359,16 @@ class StreamLog(RichLog):
             last = wrapped[0]
         return out
 
-    def _append(self, items: Sequence[Event | str], width: int, eager: bool = True) -> None:
+    def _append(self, items: Sequence[Event | str], width: int) -> None:
         """``RichLog.write``'s bookkeeping for lines cut to ``width``: the lines kept (the oldest
         dropped past ``max_lines``), the widest line, the virtual size, the scroll to the end
-        (textual is pinned in pyproject.toml: this follows its ``RichLog.write``). Each line is
-        drawn when first shown (``UNDRAWN``), in the screen's next update, except the last
-        screenful of a fill or a note (``eager``), drawn now. A live frame's flush draws none:
-        a key pressed as it ran waited for a screenful of lines drawn (a dialog just closed
-        gives back the lines held under it). Each is at most ``width`` cells, which is what the
-        widest is taken to be."""
+        (textual is pinned in pyproject.toml: this follows its ``RichLog.write``). The last
+        screenful is drawn now, the lines above it when first shown (``UNDRAWN``): each is at
+        most ``width`` cells, which is what the widest is taken to be then."""
         drawn = max(self.size.height, 1)
-        undrawn = max(len(items) - drawn, 0) if eager else len(items)
-        self.lines.extend(
-            [UNDRAWN] * undrawn + [self._strip(self._line(item, width)) for item in items[undrawn:]]
-        )
+        undrawn = max(len(items) - drawn, 0)
+        strips = [UNDRAWN] * undrawn + [self._strip(self._line(item, width)) for item in items[undrawn:]]
+        self.lines.extend(strips)
         if self.max_lines is not None and len(self.lines) > self.max_lines:
             cut = len(self.lines) - self.max_lines
             self._start_line += cut
@@ -385,7 +379,8 @@ class StreamLog(RichLog):
         if (end := len(self.lines) - 2 * drawn) > self._drawn_from:
             self.lines[self._drawn_from : end] = [UNDRAWN] * (end - self._drawn_from)
             self._drawn_from = end
-        self._widest_line_width = max(self._widest_line_width, width)
+        widest = width if undrawn else max(s.cell_length for s in strips)
+        self._widest_line_width = max(self._widest_line_width, widest)
         self.virtual_size = Size(self._widest_line_width, len(self.lines))
         if self.auto_scroll:
             # now, not after the next refresh as ``RichLog.write`` does: the size is known here,
