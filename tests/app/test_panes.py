@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console, RenderableType
@@ -631,6 +632,27 @@ async def _until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)
 
 
+def _record_widgets_drawn(screen: Screen[Any]) -> list[set[Widget]]:
+    """The widgets of each of ``screen``'s draws from now on, in order."""
+    drawn: list[set[Widget]] = []
+    update_widgets = screen._compositor.update_widgets
+
+    def recorded(widgets: set[Widget]) -> None:
+        drawn.append(set(widgets))
+        update_widgets(widgets)
+
+    screen._compositor.update_widgets = recorded  # type: ignore[method-assign]
+    return drawn
+
+
+def _key_down(app: FleetApp) -> int:
+    """``down``, sent the way the terminal's driver sends it; the cursor's row before it."""
+    row = app.queue.cursor_row
+    assert app._driver is not None
+    app._driver.send_message(events.Key("down", None))
+    return row
+
+
 async def _help_over_the_main_screen(pilot: Pilot[None]) -> Screen[object]:
     """Opens the help over the cockpit's main screen; returns the main screen."""
     main = pilot.app.screen
@@ -697,17 +719,8 @@ async def test_a_key_draws_its_own_change_at_once_and_leaves_a_waiting_live_pane
         app.stream.refresh()  # a live frame's change, waiting for the tick
         await _until(lambda: app.stream in main._dirty_widgets)
         assert app.stream in main._dirty_widgets
-        drawn: list[set[Widget]] = []  # the widgets of each draw
-        update_widgets = main._compositor.update_widgets
-
-        def recorded(widgets: set[Widget]) -> None:
-            drawn.append(set(widgets))
-            update_widgets(widgets)
-
-        main._compositor.update_widgets = recorded  # type: ignore[method-assign]
-        row = app.queue.cursor_row
-        assert app._driver is not None
-        app._driver.send_message(events.Key("down", None))
+        drawn = _record_widgets_drawn(main)
+        row = _key_down(app)
         await _until(lambda: bool(drawn))
         assert app.queue.cursor_row == row + 1
         assert drawn, "the moved cursor waited for the screen's timer"
@@ -749,17 +762,8 @@ async def test_a_keys_draw_leaves_the_live_streams_new_lines_for_the_tick(lines_
 
             main.key_in_hand = then_a_frame  # type: ignore[method-assign]
         before = stream.rows_drawn
-        drawn: list[set[Widget]] = []
-        update_widgets = main._compositor.update_widgets
-
-        def recorded(widgets: set[Widget]) -> None:
-            drawn.append(set(widgets))
-            update_widgets(widgets)
-
-        main._compositor.update_widgets = recorded  # type: ignore[method-assign]
-        row = app.queue.cursor_row
-        assert app._driver is not None
-        app._driver.send_message(events.Key("down", None))
+        drawn = _record_widgets_drawn(main)
+        row = _key_down(app)
         await _until(lambda: bool(drawn) and stream in main._dirty_widgets)
         assert app.queue.cursor_row == row + 1 and app.queue.selected_id is None  # (the folded row)
         assert drawn and app.queue in drawn[0], "the moved cursor was not drawn at once"
@@ -787,17 +791,8 @@ async def test_a_keys_draw_leaves_the_gauges_and_header_of_a_live_frame_for_the_
             app.header.refresh()
 
         main.key_in_hand = then_a_snapshot  # type: ignore[method-assign]
-        drawn: list[set[Widget]] = []
-        update_widgets = main._compositor.update_widgets
-
-        def recorded(widgets: set[Widget]) -> None:
-            drawn.append(set(widgets))
-            update_widgets(widgets)
-
-        main._compositor.update_widgets = recorded  # type: ignore[method-assign]
-        row = app.queue.cursor_row
-        assert app._driver is not None
-        app._driver.send_message(events.Key("down", None))
+        drawn = _record_widgets_drawn(main)
+        row = _key_down(app)
         await _until(lambda: bool(drawn) and app.gauges in main._dirty_widgets)
         assert app.queue.cursor_row == row + 1
         assert drawn and app.queue in drawn[0], "the moved cursor was not drawn at once"
@@ -1048,10 +1043,9 @@ async def test_a_growing_streams_scroll_bar_is_put_together_from_rows_textual_dr
         assert bar.assembled >= len(seen) // 2  # most of them put together
 
 
-async def test_a_cleared_stream_draws_one_blank_row_not_a_pane_of_them() -> None:
-    """The selection moving to a task with nothing to show clears the pane within the key's own
-    draw: the rows past the last line all look the same, so one is drawn (with the border, for
-    the new title) and the others are copies of it, the same rows a full draw makes."""
+@asynccontextmanager
+async def _following_200_lines() -> AsyncIterator[tuple[FleetApp, Pilot[None], sc.FakeEngine]]:
+    """A wide cockpit whose stream follows a running task's 200 stored lines, drawn."""
     engine = sc.several_running()
     engine.events_by_task["t-0002"] = [
         Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}") for i in range(FILL_LIMIT)
@@ -1061,8 +1055,16 @@ async def test_a_cleared_stream_draws_one_blank_row_not_a_pane_of_them() -> None
         await wait_for(pilot, lambda: engine.subscribers)
         app.queue.select_id("t-0002")
         await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
-        stream = app.stream
         await pilot.pause()
+        yield app, pilot, engine
+
+
+async def test_a_cleared_stream_draws_one_blank_row_not_a_pane_of_them() -> None:
+    """The selection moving to a task with nothing to show clears the pane within the key's own
+    draw: the rows past the last line all look the same, so one is drawn (with the border, for
+    the new title) and the others are copies of it, the same rows a full draw makes."""
+    async with _following_200_lines() as (app, pilot, _engine):
+        stream = app.stream
         full = stream.region.size.region
         assert full.height > 20
         before = stream.rows_drawn
@@ -1083,17 +1085,8 @@ async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_
     """Following a live agent, a frame draws the new line (and the border), not every line in
     view again: the rows of the lines still in view are kept from the last draw, moved up. They
     are the rows a full draw makes."""
-    engine = sc.several_running()
-    engine.events_by_task["t-0002"] = [
-        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}") for i in range(FILL_LIMIT)
-    ]
-    app = sc.make_app(engine)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: engine.subscribers)
-        app.queue.select_id("t-0002")
-        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
+    async with _following_200_lines() as (app, pilot, engine):
         stream = app.stream
-        await pilot.pause()
         for seq in range(FILL_LIMIT, FILL_LIMIT + 5):
             before = stream.rows_drawn
             engine.push(AgentEvent(Event("t-0002", 2, seq, sc.NOW, "text", text=f"line {seq}")))

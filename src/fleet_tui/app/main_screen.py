@@ -16,7 +16,8 @@ waited behind it): that one repaint is dropped when the screen has been drawn wh
 
 A key's change is drawn at once too (``key_in_hand``): Textual draws a screen's changes from a
 60 Hz timer, so a cursor move waited 0-16 ms for the timer's next tick after its few milliseconds
-of work. Only a key's: the live frames of a loud fleet still wait for the tick, at most 60 a second.
+of work. Only a key's: the live frames of a loud fleet still wait for the tick, at most 60 a second,
+and so do the panes only they change (the stream, the gauges, the header) when a key's draw comes.
 """
 
 from __future__ import annotations
