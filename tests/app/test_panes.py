@@ -645,6 +645,18 @@ def _record_widgets_drawn(screen: Screen[Any]) -> list[set[Widget]]:
     return drawn
 
 
+def _as_the_key_is_handled(main: MainScreen, change: Callable[[], object]) -> None:
+    """``change`` made just after the next key is in hand (``MainScreen.key_in_hand``): a live
+    frame reaching the screen as the key was handled."""
+    key_in_hand = main.key_in_hand
+
+    def then_the_change() -> None:
+        key_in_hand()
+        change()
+
+    main.key_in_hand = then_the_change  # type: ignore[method-assign]
+
+
 def _key_down(app: FleetApp) -> int:
     """``down``, sent the way the terminal's driver sends it; the cursor's row before it."""
     row = app.queue.cursor_row
@@ -754,13 +766,7 @@ async def test_a_keys_draw_leaves_the_live_streams_new_lines_for_the_tick(lines_
             await _until(lambda: stream in main._dirty_widgets)
             assert stream in main._dirty_widgets
         else:
-            key_in_hand = main.key_in_hand
-
-            def then_a_frame() -> None:
-                key_in_hand()
-                stream._write_events(new)
-
-            main.key_in_hand = then_a_frame  # type: ignore[method-assign]
+            _as_the_key_is_handled(main, lambda: stream._write_events(new))  # a live frame's flush
         before = stream.rows_drawn
         drawn = _record_widgets_drawn(main)
         row = _key_down(app)
@@ -783,14 +789,7 @@ async def test_a_keys_draw_leaves_the_gauges_and_header_of_a_live_frame_for_the_
         main = app.screen
         assert isinstance(main, MainScreen)
         main._on_timer_update()  # all drawn: nothing waits
-        key_in_hand = main.key_in_hand
-
-        def then_a_snapshot() -> None:
-            key_in_hand()
-            app.gauges.refresh()
-            app.header.refresh()
-
-        main.key_in_hand = then_a_snapshot  # type: ignore[method-assign]
+        _as_the_key_is_handled(main, lambda: (app.gauges.refresh(), app.header.refresh()))  # a snapshot
         drawn = _record_widgets_drawn(main)
         row = _key_down(app)
         await _until(lambda: bool(drawn) and app.gauges in main._dirty_widgets)

@@ -98,19 +98,18 @@ class MainScreen(Screen[None]):
         focused = self.focused
         live_panes = getattr(self.app, "live_panes", None)  # FleetApp's
         live = {pane for pane in live_panes() if pane is not focused} if live_panes is not None else set()
-
-        def waits(widget: Widget) -> bool:
-            if widget is focused:
-                return False
-            return widget in self._dirty_before or any(node in live for node in widget.ancestors_with_self)
-
-        waiting = {w for w in dirty if waits(w)}
-        if waiting == dirty and not (self._layout_required or self._scroll_required):
+        waiting = {
+            w
+            for w in dirty
+            if w is not focused
+            and (w in self._dirty_before or any(node in live for node in w.ancestors_with_self))
+        }
+        reflow = self._layout_required or self._scroll_required
+        if waiting == dirty and not reflow:
             return  # nothing of the key's yet: still armed
         dirty.difference_update(waiting)
-        held = next((pane for pane in live if isinstance(pane, StreamLog)), None)
-        if held is not None and (self._layout_required or self._scroll_required):
-            held = None  # a reflow may move or resize it: it draws as it is
+        # (a reflow may move or resize the stream: then it draws as it is)
+        held = None if reflow else next((pane for pane in live if isinstance(pane, StreamLog)), None)
         if held is not None:
             held.holding = True
         try:

@@ -129,8 +129,9 @@ class QueueView(ScrollView, can_focus=True):
         self._layout_for: tuple[int, int] = (-1, -1)
         self._style_cache: dict[tuple[str, bool, str], Style] = {}
         self._repaint: set[str] = set()
-        #: a task's line as last drawn, by task id: what it was drawn from, then the line
-        self._kept: dict[str, tuple[tuple[object, ...], Strip]] = {}
+        #: a task's line as last drawn, by task id: the task (compared by identity), the rest of
+        #: what the line shows (``render_line``), the line
+        self._kept: dict[str, tuple[Task, tuple[object, ...], Strip]] = {}
         self._pass_width: int | None = None  # the content's width, during one ``render_lines``
         #: lines drawn since mount (a test and the benchmark read it: cost follows the screen)
         self.lines_drawn = 0
@@ -530,15 +531,15 @@ class QueueView(ScrollView, can_focus=True):
             columns = self.columns()
             # a line is drawn again only when what it shows changed: a scroll or a rebuilt
             # list moves lines, and a loud fleet changes a few of them a frame, not all
-            drawn_from = (task, asking, duration(elapsed(task, now)), strip_style, width, columns)
+            shows = (asking, duration(elapsed(task, now)), strip_style, width, columns)
             kept = self._kept.get(task.id)
-            if kept is not None and kept[0][0] is task and kept[0][1:] == drawn_from[1:]:
-                return kept[1]
+            if kept is not None and kept[0] is task and kept[1] == shows:
+                return kept[2]
             values = cell_texts(task, now, asking)
             line = self._line([(values[c.key], c) for c in columns], strip_style, width)
             if len(self._kept) > 2 * len(self._rows) + 64:  # tasks long gone from the list
                 self._kept.clear()
-            self._kept[task.id] = (drawn_from, line)
+            self._kept[task.id] = (task, shows, line)
             return line
         if row.kind == "group":
             info = self.model.group(row.ref)
