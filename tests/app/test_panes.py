@@ -16,7 +16,9 @@ from rich.console import Console, RenderableType
 from rich.style import Style
 from textual import events
 from textual._compositor import LayoutUpdate
+from textual.color import Color as TColor
 from textual.dom import DOMNode
+from textual.filter import Monochrome
 from textual.geometry import Region
 from textual.message import Message
 from textual.pilot import Pilot
@@ -28,7 +30,7 @@ from textual.widgets import Input, RichLog, Static
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.main_screen import MainScreen
 from fleet_tui.app.scrollbars import SteadyScrollBar
-from fleet_tui.app.stream import FILL_LIMIT, MAX_LINES, UNDRAWN
+from fleet_tui.app.stream import FILL_LIMIT, MAX_LINES, UNDRAWN, StreamLog
 from fleet_tui.scheduler.model import (
     FREE_TEXT,
     AgentEvent,
@@ -1058,6 +1060,14 @@ async def _following_200_lines() -> AsyncIterator[tuple[FleetApp, Pilot[None], s
         yield app, pilot, engine
 
 
+def _textuals_own_rows(stream: StreamLog, region: Region) -> list[Strip]:
+    """``stream``'s rows in ``region`` drawn from scratch by textual itself: its styles cache,
+    the widget's style looked up for each line (what the pane keeps or puts together itself
+    must be these)."""
+    stream._styles_cache.clear()
+    return RichLog.render_lines(stream, region)
+
+
 async def test_a_cleared_stream_draws_one_blank_row_not_a_pane_of_them() -> None:
     """The selection moving to a task with nothing to show clears the pane within the key's own
     draw: the rows past the last line all look the same, so one is drawn (with the border, for
@@ -1075,9 +1085,7 @@ async def test_a_cleared_stream_draws_one_blank_row_not_a_pane_of_them() -> None
         assert not stream.lines
         # at most two looks (the cleared pane, then its new title): two border rows and one blank
         assert 1 <= stream.rows_drawn - before <= 6
-        stream._rows.clear()
-        stream._styles_cache.clear()
-        assert stream.render_lines(full) == kept
+        assert kept == _textuals_own_rows(stream, full)
 
 
 async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_a_full_draw() -> None:
@@ -1087,18 +1095,19 @@ async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_
     async with _following_200_lines() as (app, pilot, engine):
         stream = app.stream
         for seq in range(FILL_LIMIT, FILL_LIMIT + 5):
-            before = stream.rows_drawn
+            before, direct = stream.rows_drawn, stream.rows_direct
             engine.push(AgentEvent(Event("t-0002", 2, seq, sc.NOW, "text", text=f"line {seq}")))
             await wait_for(pilot, lambda: f"line {seq}" in stream.lines[-1].text, "the line drawn")  # noqa: B023
             await wait_for(pilot, lambda: stream.rows_drawn > before, "the pane redrawn")  # noqa: B023
             assert stream.rows_drawn - before == 1  # the new line; the others and the border are kept
+            assert stream.rows_direct - direct == 1  # between the edges textual drew, not through it
         full = stream.region.size.region
 
         def same_as_a_full_draw() -> list[Strip]:
             kept = stream.render_lines(full)
+            assert kept == _textuals_own_rows(stream, full)
             stream._rows.clear()
-            stream._styles_cache.clear()
-            assert stream.render_lines(full) == kept
+            assert stream.render_lines(full) == kept  # made again, not kept
             return kept
 
         rows = same_as_a_full_draw()
@@ -1110,3 +1119,14 @@ async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_
         stream.focus()  # a focused pane's border is drawn in another colour: every row again
         await wait_for(pilot, lambda: stream.rows_drawn - before >= full.height, "the pane drawn again")
         same_as_a_full_draw()
+        # what the cockpit's styles do not do, but the rows put together here must follow
+        stream.styles.border_left = ("heavy", TColor.parse("red"))  # each edge its own
+        app._filters.append(Monochrome())  # a line filter that changes every colour
+        stream.refresh()
+        await pilot.pause()
+        assert "┃" in same_as_a_full_draw()[5].text
+        direct = stream.rows_direct
+        stream.styles.padding = (0, 1)  # more than a line between edges: textual draws the rows
+        await pilot.pause()
+        assert same_as_a_full_draw()[5].text.startswith("┃ ")
+        assert stream.rows_direct == direct
