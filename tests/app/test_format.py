@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console
+from rich.style import Style
 
 from fleet_tui.app import format as fmt
 from fleet_tui.app.forms import field_of, validate_new_task
@@ -97,6 +99,38 @@ def test_header_text() -> None:
     head = fmt.header_text("fleet-tui", snap, questions=2, now=sc.NOW)
     assert head.startswith("fleet-tui ─ 1 running · 2 queued · 2 questions · rate limited (resets 16:30)")
     assert "mem 9.8G free" in head
+
+
+def test_an_event_lines_segments_are_those_rich_renders_its_text_to() -> None:
+    """The stream pane makes an event line's segments itself: they are the ones rendering
+    ``event_line``'s ``Text`` gives, for every kind, errors, any width, wide and control
+    characters, with and without styles; a line with a tab is left to the ``Text``."""
+    console = Console(width=200)
+    styles = {
+        name: Style(color=f"#{i:02x}{i:02x}{i:02x}", bold=i % 2 == 0) for i, name in enumerate(STYLE_NAMES)
+    }
+    texts = ["pytest -q", "", "界" * 30, "a\nb\x1b[2J\x07c", "x" * 300, "\u202eevil", "ok 😀 done"]
+    events = [
+        Event("t", 1, seq, sc.NOW, kind, text=text, tool="Bash", is_error=error)
+        for seq, (kind, text, error) in enumerate(
+            (kind, text, error)
+            for kind in sorted({*fmt.KIND_LABELS, *fmt.KIND_VARIABLES, "unknown-kind"})
+            for text in texts
+            for error in (False, True)
+        )
+    ]
+    for ev in events:
+        for width in (0, 1, 5, 8, 9, 10, 12, 40, 80, 200):
+            for style_for in (None, styles.__getitem__):
+                made = fmt.event_segments(ev, width, style_for)
+                assert made == list(fmt.event_line(ev, width, style_for).render(console)), (ev, width)
+    tabbed = Event("t", 1, 0, sc.NOW, "text", text="a\tb")
+    assert "\t" in fmt.event_line(tabbed, 80).plain
+    assert fmt.event_segments(tabbed, 80, styles.__getitem__) is None
+
+
+#: the theme variables an event line is styled with
+STYLE_NAMES = sorted({"foreground-muted", "foreground", *fmt.KIND_VARIABLES.values()})
 
 
 def test_event_lines() -> None:

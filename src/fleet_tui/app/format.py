@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
@@ -379,14 +380,39 @@ def event_summary(ev: Event) -> str:
 
 def event_line(ev: Event, width: int, style_for: Callable[[str], Style] | None = None) -> Text:
     """``14:02:11 tool   Bash  pytest -q`` truncated to ``width``, styled by kind."""
-    label = KIND_LABELS.get(ev.kind, ev.kind)[:6]
-    plain = truncate(f"{clock_seconds(ev.ts)} {label:<6} {event_summary(ev)}", width)
+    plain = _event_plain(ev, width)
     text = Text(plain)
     if style_for is not None:
-        kind = "error" if ev.is_error else ev.kind
-        text.stylize(style_for("foreground-muted"), 0, min(8, len(plain)))
-        text.stylize(style_for(KIND_VARIABLES.get(kind, "foreground")), min(9, len(plain)))
+        clock, rest = _event_styles(ev, style_for)
+        text.stylize(clock, 0, min(8, len(plain)))
+        text.stylize(rest, min(9, len(plain)))
     return text
+
+
+def event_segments(ev: Event, width: int, style_for: Callable[[str], Style] | None) -> list[Segment] | None:
+    """``event_line(ev, width, style_for)`` as the segments Rich renders it to, made directly
+    (the stream pane writes a loud agent's lines at a score a frame, and rendering each ``Text``
+    through the console was most of a line's cost); None for a line with a tab (expanded at the
+    console's tab size, as the stream does with the ``Text``)."""
+    plain = _event_plain(ev, width)
+    if "\t" in plain:
+        return None
+    if style_for is None or not plain:  # no spans: one segment, even an empty one
+        return [Segment(plain)]
+    clock, rest = _event_styles(ev, style_for)
+    parts = ((plain[:8], clock), (plain[8:9], Style.null()), (plain[9:], rest))
+    return [Segment(part, style) for part, style in parts if part]
+
+
+def _event_plain(ev: Event, width: int) -> str:
+    label = KIND_LABELS.get(ev.kind, ev.kind)[:6]
+    return truncate(f"{clock_seconds(ev.ts)} {label:<6} {event_summary(ev)}", width)
+
+
+def _event_styles(ev: Event, style_for: Callable[[str], Style]) -> tuple[Style, Style]:
+    """An event line's styles: its clock's, and its kind's for the rest."""
+    kind = "error" if ev.is_error else ev.kind
+    return style_for("foreground-muted"), style_for(KIND_VARIABLES.get(kind, "foreground"))
 
 
 def log_matches(ev: Event, needle: str) -> bool:

@@ -40,7 +40,7 @@ from textual.strip import Strip
 from textual.style import Style as TextualStyle
 from textual.widgets import RichLog
 
-from fleet_tui.app.format import event_line, inert
+from fleet_tui.app.format import event_line, event_segments, inert
 from fleet_tui.app.scrollbars import steady_scrollbar, styled
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.scheduler.model import Event
@@ -395,6 +395,12 @@ class StreamLog(RichLog):
             row = row.apply_filter(line_filter, edges.background)
         return row
 
+    def _item_strip(self, item: Event | str, width: int) -> Strip:
+        """A kept item's line cut to ``width``, as the strip ``write`` makes of it."""
+        if isinstance(item, Event) and (segments := event_segments(item, width, self._styles)) is not None:
+            return Strip(segments, sum(segment.cell_length for segment in segments))
+        return self._strip(self._line(item, width))
+
     def _strip(self, line: Text) -> Strip:
         """One event line (no newline: ``event_line`` folds them) as the strip ``write`` makes."""
         if "\t" in line.plain:
@@ -404,7 +410,7 @@ class StreamLog(RichLog):
     def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
         if y < len(self.lines) and self.lines[y] is UNDRAWN:  # scrolled to: drawn now, once
             # ``_shown`` keeps the items behind the kept lines, in the same order, to the same cap
-            self.lines[y] = self._strip(self._line(self._shown[y - len(self.lines)], self._width))
+            self.lines[y] = self._item_strip(self._shown[y - len(self.lines)], self._width)
             self._drawn_from = min(self._drawn_from, y)
         return super()._render_line(y, scroll_x, width)
 
@@ -440,7 +446,7 @@ class StreamLog(RichLog):
         most ``width`` cells, which is what the widest is taken to be then."""
         drawn = max(self.size.height, 1)
         undrawn = max(len(items) - drawn, 0)
-        strips = [UNDRAWN] * undrawn + [self._strip(self._line(item, width)) for item in items[undrawn:]]
+        strips = [UNDRAWN] * undrawn + [self._item_strip(item, width) for item in items[undrawn:]]
         self.lines.extend(strips)
         if self.max_lines is not None and len(self.lines) > self.max_lines:
             cut = len(self.lines) - self.max_lines
