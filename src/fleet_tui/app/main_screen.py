@@ -30,6 +30,7 @@ from textual.geometry import Region
 from textual.screen import Screen
 from textual.widget import Widget
 
+from fleet_tui.app.compositor import SpanCompositor
 from fleet_tui.app.stream import StreamLog
 
 #: how long after a key the screen's next change counts as the key's (drawn at once): a key's
@@ -48,6 +49,10 @@ class MainScreen(Screen[None]):
     _dirty_before: frozenset[Widget] = frozenset()
     _drawn_whole = False  # drawn whole since it was uncovered
     _put_away = False  # the next refresh is Textual's as it puts the dialog away (``putting_away``)
+
+    def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name, id, classes)
+        self._compositor = SpanCompositor()  # an update drawn from the rows it shows (compositor.py)
 
     def putting_away(self) -> None:
         """A dialog over this screen is being put away (``FleetApp._replace_screen``): Textual's

@@ -87,8 +87,16 @@ class SteadyScrollBar(ScrollBar):
         )
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        if crop != self.size.region:  # a part of the bar: as textual draws it
-            return super().render_lines(crop)
+        whole = self.size.region
+        if crop == whole:
+            return self._whole()
+        if crop.column_span == whole.column_span and whole.contains_region(crop):  # some of its rows
+            return self._whole()[crop.y : crop.bottom]
+        return super().render_lines(crop)  # a part of its rows: as textual draws it
+
+    def _whole(self) -> list[Strip]:
+        """Every row of the bar: those drawn last while it looks the same."""
+        crop = self.size.region
         key = self.appearance()
         if self._drawn is not None and self._drawn[0] == key:
             self.reused += 1

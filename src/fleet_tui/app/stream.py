@@ -269,9 +269,10 @@ class StreamLog(RichLog):
         drawn (a widget's clip is its container's), and cuts away what is outside the update:
         a key's draw of the queue beside it made this pane draw the live lines waiting for the
         next frame (up to a screenful, 4-8 ms under a loud fleet) only for them to be cut away."""
-        last = self._last_drawn
-        if self.holding and last is not None and last[0] == crop:
-            return last[1]
+        if self.holding and self._last_drawn is not None:
+            held, rows = self._last_drawn
+            if held.column_span == crop.column_span and held.contains_region(crop):
+                return rows[crop.y - held.y : crop.bottom - held.y]
         self._pass_style = self.rich_style
         try:
             rows = self._rows_for(crop)
