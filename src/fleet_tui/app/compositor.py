@@ -29,6 +29,8 @@ from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
 from textual.strip import Strip
 
+#: the piece of a line written cut to nothing
+_NOTHING = Strip([], 0)
 #: one line's spans of an update: (x1, x2) as Textual's ``_regions_to_spans`` gives them
 Spans = dict[int, list[tuple[int, int]]]
 
@@ -62,6 +64,13 @@ class SpanCompositor(Compositor):
         back); the pieces no span writes stay empty."""
         cuts = self.cuts
         chops: list[dict[int, Strip | None]] = [dict.fromkeys(cut_set[:-1]) for cut_set in cuts]
+        for y, on_line in spans.items():
+            # a piece that starts where a span ends is written cut to nothing (a cursor move and
+            # no cells): any piece will do, and no widget is drawn for it
+            for cut, end in pairwise(cuts[y]):
+                ends_a_span = any(cut == x2 for _, x2 in on_line)
+                if ends_a_span and not any(cut < x2 and end > x1 for x1, x2 in on_line):
+                    chops[y][cut] = _NOTHING
         for widget, (region, clip) in self.visible_widgets.items():
             if not crop.overlaps(clip):
                 continue
@@ -77,7 +86,7 @@ class SpanCompositor(Compositor):
                 line = chops[y]
                 edges = [cut for cut in cuts[y] if left <= cut <= right]
                 if any(
-                    line.get(cut) is None and any(cut <= x2 and end > x1 for x1, x2 in line_spans)
+                    line.get(cut) is None and any(cut < x2 and end > x1 for x1, x2 in line_spans)
                     for cut, end in pairwise(edges)
                 ):
                     rows.append((y, edges))
