@@ -12,6 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from textual.color import Color as TColor
+from textual.filter import Monochrome
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.widget import Widget
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.columns import layout
@@ -218,10 +223,51 @@ async def test_a_scrolled_queue_keeps_the_lines_it_drew_and_they_are_a_full_draw
         full = queue.size.region
         kept = queue.render_lines(full)
         queue._kept.clear()
-        queue._styles_cache.clear()
-        assert queue.render_lines(full) == kept
+        queue._made.clear()
+        assert queue.render_lines(full) == kept == _textuals_own_rows(queue, full)
         assert len(made) > queue.size.height // 2  # (the lines were made anew)
         assert type(queue.vertical_scrollbar).__name__ == "SteadyScrollBar"
+
+
+def _textuals_own_rows(widget: Widget, region: Region) -> list[Strip]:
+    """``widget``'s rows in ``region`` drawn from scratch by Textual itself, its styles cache."""
+    widget._styles_cache.clear()
+    return Widget.render_lines(widget, region)
+
+
+async def test_the_queues_rows_are_textuals_own_in_every_look() -> None:
+    """The queue puts each row together from its line (``rows.py``): the rows are those Textual
+    draws, with the cursor focused or not, a group, a folded count, a colour filter, and where it
+    has a border and padding (left to Textual)."""
+    engine = big_fleet()
+    app = sc.make_app(engine)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        queue = app.queue
+        full = queue.size.region
+
+        def same() -> list[Strip]:
+            rows = queue.render_lines(full)
+            assert rows == _textuals_own_rows(queue, full)
+            return rows
+
+        rows = same()
+        assert len(rows) == full.height and rows[1].text.startswith("▾")  # a group's header
+        assert queue._edges is not None  # put together by the queue, not through Textual
+        queue.focus()
+        await pilot.pause()
+        same()
+        app.action_toggle_finished()  # the finished tasks shown, or folded
+        await pilot.pause()
+        same()
+        app._filters.append(Monochrome())
+        queue.refresh()
+        await pilot.pause()
+        same()
+        queue.styles.border = ("heavy", TColor.parse("red"))
+        queue.styles.padding = (0, 1)
+        await pilot.pause()
+        assert same()[3].text.startswith("┃ ")
 
 
 async def test_idle_cockpit_draws_nothing() -> None:

@@ -22,25 +22,20 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Self
 
-from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual._border import get_box
 from textual.cache import LRUCache
-from textual.color import Color
 from textual.events import Resize
-from textual.filter import LineFilter
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
-from textual.style import Style as TextualStyle
 from textual.widgets import RichLog
 
 from fleet_tui.app.format import event_line, event_segments, inert
+from fleet_tui.app.rows import Edges, edges_of, row_of
 from fleet_tui.app.scrollbars import steady_scrollbar, styled
 from fleet_tui.app.theme import ThemeStyles
 from fleet_tui.scheduler.model import Event
@@ -54,20 +49,6 @@ LINE_CACHE = 256
 UNDRAWN = Strip([])
 #: the key of the rows past the log's last line among a pane's kept rows (``StreamLog._rows``)
 BLANK_ROW = -(1 << 31)
-
-
-@dataclass(frozen=True)
-class _Edges:
-    """What textual puts around a log line to make the pane's row of it (``StylesCache.render_line``,
-    a content row): the border's left and right cells (none where there is no border), the
-    background the line is filled out with, the app's line filters and the background they are
-    given."""
-
-    left: tuple[Segment, ...]
-    right: tuple[Segment, ...]
-    fill: Style
-    filters: tuple[LineFilter, ...]
-    background: Color
 
 
 class _NoteLine(str):
@@ -107,8 +88,8 @@ class StreamLog(RichLog):
         self._rows: dict[int, Strip] = {}  # a kept line's number -> its row as last drawn
         self._rows_look: tuple[object, ...] | None = None  # what those rows were drawn with
         self.rows_drawn = 0  # rows drawn, not kept (tests, benchmarks)
-        self.rows_direct = 0  # of those, log lines' rows put together here (``_Edges``)
-        self._edges: _Edges | None = None  # for the look the kept rows were drawn with
+        self.rows_direct = 0  # of those, log lines' rows put together here (``rows.py``)
+        self._edges: Edges | None = None  # for the look the kept rows were drawn with
         super().__init__(id=id, max_lines=max_lines, wrap=False, markup=False, highlight=False)
         self.task_id: str | None = None
         self._buffer: list[Event] = []
@@ -291,7 +272,7 @@ class StreamLog(RichLog):
         """The pane's rows in ``crop``: each log line's row and the border's as drawn the last time
         they were in view (a scroll moves the rows, it does not change them: following a live
         agent, only the new lines at the end are drawn, not every line in view again); a line
-        not drawn yet put between the edges of its row (``_content_edges``: textual's own cells,
+        not drawn yet put between the edges of its row (``rows.edges_of``: textual's own cells,
         looked up once a look), the border's rows through textual, and the rows past the last
         line as one of them drawn once (a cleared pane, when the selection moves, was 30 blank
         rows drawn through textual within the key's own draw: 4-5 ms of a cursor move under a
@@ -313,7 +294,7 @@ class StreamLog(RichLog):
         if look != self._rows_look:  # drawn otherwise now: none of the kept rows will do
             self._rows.clear()
             self._rows_look = look
-            self._edges = self._content_edges()
+            self._edges = edges_of(self)
         first = self.scroll_offset.y - top + self._start_line  # the line on row 0, numbered for good
         end = self._start_line + len(self.lines)
 
@@ -337,7 +318,7 @@ class StreamLog(RichLog):
                 if rows[i] is None and n >= 0 and (y := crop.y + i - top) < content_height:
                     self.rows_drawn += 1
                     self.rows_direct += 1
-                    rows[i] = self._rows[n] = self._content_row(y, width, content_width, edges)
+                    rows[i] = self._rows[n] = row_of(self.render_line(y), width, content_width, edges)
         i = 0
         while i < len(rows):  # the rows not kept, a run at a time
             if rows[i] is not None:
@@ -353,48 +334,6 @@ class StreamLog(RichLog):
         if len(self._rows) > 2 * height:  # keep what is in view
             self._rows = {n: r for n, r in self._rows.items() if n < 0 or first <= n < first + height}
         return [r for r in rows if r is not None]  # (every row is drawn by now)
-
-    def _content_edges(self) -> _Edges | None:
-        """The edges of a log line's row in the pane's look now, or None where textual does more
-        to a row than put its line between them (padding, an outline, a tint, opacity, hatching:
-        none of them in the cockpit's styles), and each row is drawn through textual."""
-        styles = self.styles
-        if (
-            any(styles.padding)
-            or any(edge for edge, _ in styles.outline)
-            or styles.tint.a
-            or styles.text_opacity != 1.0
-            or (styles.has_rule("hatch") and styles.hatch != "none")
-            or self.opacity != 1.0
-        ):
-            return None
-        base_background, background = self.background_colors
-        inner, outer = self._styles_cache.get_inner_outer(base_background, background)
-        _, (right, right_color), _, (left, left_color) = styles.border
-
-        def cell(edge: str, color: Color, side: int) -> tuple[Segment, ...]:
-            if not edge:
-                return ()
-            box = get_box(edge, inner, outer, TextualStyle(foreground=base_background + color))
-            return (box[1][side],)
-
-        return _Edges(
-            cell(left, left_color, 0),
-            cell(right, right_color, 2),
-            inner.rich_style,
-            tuple(self.get_line_filters()),
-            background,
-        )
-
-    def _content_row(self, y: int, width: int, content_width: int, edges: _Edges) -> Strip:
-        """Content row ``y``'s line between ``edges``, as textual's styles cache draws it (a row
-        through it was 55-75 us unloaded, ~0.2 ms under a loud fleet, each line a live frame
-        writes; most of it looking up what ``edges`` holds)."""
-        line = self.render_line(y).adjust_cell_length(content_width, edges.fill)
-        row = Strip([*edges.left, *line, *edges.right], width)
-        for line_filter in edges.filters:
-            row = row.apply_filter(line_filter, edges.background)
-        return row
 
     def _item_strip(self, item: Event | str, width: int) -> Strip:
         """A kept item's line cut to ``width``, as the strip ``write`` makes of it."""
