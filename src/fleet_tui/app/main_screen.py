@@ -18,6 +18,9 @@ A key's change is drawn at once too (``key_in_hand``): Textual draws a screen's 
 60 Hz timer, so a cursor move waited 0-16 ms for the timer's next tick after its few milliseconds
 of work. Only a key's: the live frames of a loud fleet still wait for the tick, at most 60 a second,
 and so do the panes only they change (the stream, the gauges, the header) when a key's draw comes.
+
+Its compositor draws an update from the rows the update writes (``compositor.py``), not every row
+of every widget in the update's bounds: the same bytes reach the terminal.
 """
 
 from __future__ import annotations

@@ -245,11 +245,13 @@ class StreamLog(RichLog):
         return self._pass_style if self._pass_style is not None else super().rich_style
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """The rows in ``crop``; while ``holding``, the rows returned last for it. Textual asks
-        every widget in a pane's row of the screen for its rows whenever anything there is
-        drawn (a widget's clip is its container's), and cuts away what is outside the update:
-        a key's draw of the queue beside it made this pane draw the live lines waiting for the
-        next frame (up to a screenful, 4-8 ms under a loud fleet) only for them to be cut away."""
+        """The rows in ``crop``; while ``holding``, those of the rows returned last. Textual's
+        compositor asks every widget in a pane's row of the screen for its rows whenever anything
+        there is drawn (a widget's clip is its container's), and cuts away what is outside the
+        update: a key's draw of the queue beside it made this pane draw the live lines waiting
+        for the next frame (up to a screenful, 4-8 ms under a loud fleet) only for them to be cut
+        away. The main screen's compositor (``compositor.py``) asks only for rows it writes;
+        holding still answers a screen drawn by Textual's own."""
         if self.holding and self._last_drawn is not None:
             held, rows = self._last_drawn
             if held.column_span == crop.column_span and held.contains_region(crop):
