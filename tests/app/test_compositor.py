@@ -12,11 +12,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from fleet_tui.app.compositor import SpanCompositor
-from fleet_tui.app.stream import FILL_LIMIT
-from fleet_tui.scheduler.model import Event
 
-from . import scenarios as sc
-from .helpers import wait_for
+from .helpers import following_200_lines
 
 
 def _textuals(compositor: SpanCompositor) -> Compositor:
@@ -58,16 +55,7 @@ async def test_an_update_reaches_the_terminal_as_the_same_bytes_as_textuals_comp
     """Hundreds of updates of the cockpit's screen (a live stream beside the queue, the panes
     below): each one written by the main screen's compositor is the same bytes Textual's own
     writes, and asks the widgets for fewer rows; a whole screen is the same lines."""
-    engine = sc.several_running()
-    engine.events_by_task["t-0002"] = [
-        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}") for i in range(FILL_LIMIT)
-    ]
-    app = sc.make_app(engine)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: engine.subscribers)
-        app.queue.select_id("t-0002")
-        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
-        await pilot.pause()
+    async with following_200_lines() as (app, _pilot, _engine):
         ours = app.screen._compositor
         assert isinstance(ours, SpanCompositor)
         theirs = _textuals(ours)

@@ -49,7 +49,7 @@ from fleet_tui.screens.help import HelpScreen
 from fleet_tui.screens.new_task import NewTaskScreen
 
 from . import scenarios as sc
-from .helpers import type_text, wait_for
+from .helpers import following_200_lines, type_text, wait_for
 
 pytestmark = pytest.mark.anyio
 SIZE = (80, 24)
@@ -1044,22 +1044,6 @@ async def test_a_growing_streams_scroll_bar_is_put_together_from_rows_textual_dr
         assert bar.assembled >= len(seen) // 2  # most of them put together
 
 
-@asynccontextmanager
-async def _following_200_lines() -> AsyncIterator[tuple[FleetApp, Pilot[None], sc.FakeEngine]]:
-    """A wide cockpit whose stream follows a running task's 200 stored lines, drawn."""
-    engine = sc.several_running()
-    engine.events_by_task["t-0002"] = [
-        Event("t-0002", 2, i, sc.NOW, "text", text=f"line {i:03d}") for i in range(FILL_LIMIT)
-    ]
-    app = sc.make_app(engine)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await wait_for(pilot, lambda: engine.subscribers)
-        app.queue.select_id("t-0002")
-        await wait_for(pilot, lambda: app.stream.task_id == "t-0002" and app.stream.flushes, "fill")
-        await pilot.pause()
-        yield app, pilot, engine
-
-
 def _textuals_own_rows(stream: StreamLog, region: Region) -> list[Strip]:
     """``stream``'s rows in ``region`` drawn from scratch by textual itself: its styles cache,
     the widget's style looked up for each line (what the pane keeps or puts together itself
@@ -1072,7 +1056,7 @@ async def test_a_cleared_stream_draws_one_blank_row_not_a_pane_of_them() -> None
     """The selection moving to a task with nothing to show clears the pane within the key's own
     draw: the rows past the last line all look the same, so one is drawn (with the border, for
     the new title) and the others are copies of it, the same rows a full draw makes."""
-    async with _following_200_lines() as (app, pilot, _engine):
+    async with following_200_lines() as (app, pilot, _engine):
         stream = app.stream
         full = stream.region.size.region
         assert full.height > 20
@@ -1092,7 +1076,7 @@ async def test_a_following_stream_draws_only_its_new_lines_and_the_same_rows_as_
     """Following a live agent, a frame draws the new line (and the border), not every line in
     view again: the rows of the lines still in view are kept from the last draw, moved up. They
     are the rows a full draw makes."""
-    async with _following_200_lines() as (app, pilot, engine):
+    async with following_200_lines() as (app, pilot, engine):
         stream = app.stream
         for seq in range(FILL_LIMIT, FILL_LIMIT + 5):
             before, direct = stream.rows_drawn, stream.rows_direct
