@@ -68,8 +68,7 @@ class SpanCompositor(Compositor):
             # a piece that starts where a span ends is written cut to nothing (a cursor move and
             # no cells): any piece will do, and no widget is drawn for it
             for cut, end in pairwise(cuts[y]):
-                ends_a_span = any(cut == x2 for _, x2 in on_line)
-                if ends_a_span and not any(cut < x2 and end > x1 for x1, x2 in on_line):
+                if any(cut == x2 for _, x2 in on_line) and not _written(cut, end, on_line):
                     chops[y][cut] = _NOTHING
         for widget, (region, clip) in self.visible_widgets.items():
             if not crop.overlaps(clip):
@@ -86,8 +85,7 @@ class SpanCompositor(Compositor):
                 line = chops[y]
                 edges = [cut for cut in cuts[y] if left <= cut <= right]
                 if any(
-                    line.get(cut) is None and any(cut < x2 and end > x1 for x1, x2 in line_spans)
-                    for cut, end in pairwise(edges)
+                    line.get(cut) is None and _written(cut, end, line_spans) for cut, end in pairwise(edges)
                 ):
                     rows.append((y, edges))
             if not rows:
@@ -105,3 +103,10 @@ class SpanCompositor(Compositor):
                     if line.get(cut) is None:
                         line[cut] = piece
         return cast("Sequence[Mapping[int, Strip]]", chops)
+
+
+def _written(cut: int, end: int, spans: list[tuple[int, int]]) -> bool:
+    """The piece of a line from ``cut`` to ``end`` is written with cells by one of ``spans``
+    (``ChopsUpdate.render_segments`` writes a piece that meets a span; one that starts where the
+    span ends, cut to nothing)."""
+    return any(cut < x2 and end > x1 for x1, x2 in spans)

@@ -34,7 +34,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 
 from fleet_tui.app.compositor import SpanCompositor
-from fleet_tui.app.stream import StreamLog
 
 #: how long after a key the screen's next change counts as the key's (drawn at once): a key's
 #: handling runs across a few of the loop's turns (the app, the focused widget, the messages it
@@ -98,10 +97,8 @@ class MainScreen(Screen[None]):
         whenever they changed: a loud fleet's stream was 3-8 ms of a key's draw (a frame's
         flush that reached the screen just after the key), the once-a-second gauges 5-9 ms.
         What a key changes there (the selected task's stream, cleared for its stored events)
-        follows a frame later. The stream is asked for its rows all the same when it shares a
-        row of the screen with the key's change (Textual asks every widget in the update's
-        bounds, and cuts away what is outside it): it answers with the rows it drew last
-        (``StreamLog.holding``)."""
+        follows a frame later. The screen's compositor asks only the widgets the key's change
+        crosses for rows (``compositor.py``), so a waiting pane is not drawn beside it."""
         dirty = self._dirty_widgets
         focused = self.focused
         live_panes = getattr(self.app, "live_panes", None)  # FleetApp's
@@ -116,17 +113,11 @@ class MainScreen(Screen[None]):
         if waiting == dirty and not reflow:
             return  # nothing of the key's yet: still armed
         dirty.difference_update(waiting)
-        # (a reflow may move or resize the stream: then it draws as it is)
-        held = None if reflow else next((pane for pane in live if isinstance(pane, StreamLog)), None)
-        if held is not None:
-            held.holding = True
         try:
             self._draw_now()
         finally:
             # (the draw emptied the set) Textual's idle handler, next, starts the timer for them
             dirty.update(waiting)
-            if held is not None:
-                held.holding = False
 
     def on_screen_resume(self, event: ScreenResume) -> None:
         self._key_at = 0.0  # a key that covered or uncovered it is drawn by the switch itself

@@ -103,9 +103,6 @@ class StreamLog(RichLog):
         self._drawn_from = 0  # lines before this one are UNDRAWN (``_append``), unless scrolled to
         self._line_cache = LRUCache(LINE_CACHE)
         self.flushes = 0
-        #: set by the main screen while it draws a key's own change that this pane is not part of
-        self.holding = False
-        self._last_drawn: tuple[Region, list[Strip]] | None = None  # the crop and rows returned
 
     @property
     def filling(self) -> bool:
@@ -245,24 +242,16 @@ class StreamLog(RichLog):
         return self._pass_style if self._pass_style is not None else super().rich_style
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """The rows in ``crop``; while ``holding``, those of the rows returned last. Textual's
-        compositor asks every widget in a pane's row of the screen for its rows whenever anything
-        there is drawn (a widget's clip is its container's), and cuts away what is outside the
-        update: a key's draw of the queue beside it made this pane draw the live lines waiting
-        for the next frame (up to a screenful, 4-8 ms under a loud fleet) only for them to be cut
-        away. The main screen's compositor (``compositor.py``) asks only for rows it writes;
-        holding still answers a screen drawn by Textual's own."""
-        if self.holding and self._last_drawn is not None:
-            held, rows = self._last_drawn
-            if held.column_span == crop.column_span and held.contains_region(crop):
-                return rows[crop.y - held.y : crop.bottom - held.y]
+        """The rows in ``crop``, with the widget's style read once for them (``rich_style``).
+        Textual's own compositor asked every widget in a pane's row of the screen for its rows
+        whenever anything there was drawn, and a key's draw of the queue beside this pane drew
+        the live lines waiting for the next frame only for them to be cut away; the main
+        screen's compositor (``compositor.py``) asks only for the rows it writes."""
         self._pass_style = self.rich_style
         try:
-            rows = self._rows_for(crop)
+            return self._rows_for(crop)
         finally:
             self._pass_style = None
-        self._last_drawn = (crop, rows)
-        return rows
 
     def clear(self) -> Self:
         # the kept lines are numbered from 0 again; the border's rows and the blank row stay
