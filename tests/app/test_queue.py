@@ -10,18 +10,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import RenderableType
 from textual.color import Color as TColor
 from textual.filter import Monochrome
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+import fleet_tui.app.queue as queue_module
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.columns import layout
 from fleet_tui.app.format import parse_filter
 from fleet_tui.app.order import QueueModel, Row, fuzzy_score, sort_key
+from fleet_tui.app.rows import row_of
+from fleet_tui.app.scrollbars import SteadyScrollBar
 from fleet_tui.repos import repo_labels, repo_root
 from fleet_tui.scheduler.model import Question, QuestionChanged, Snapshot, TaskChanged
 from fleet_tui.scheduler.states import TaskStatus as S
@@ -195,11 +200,14 @@ async def test_cursor_stays_on_its_task_while_rows_reorder() -> None:
         assert queue.lines_drawn - drawn <= 3
 
 
-async def test_a_scrolled_queue_keeps_the_lines_it_drew_and_they_are_a_full_draws() -> None:
+async def test_a_scrolled_queue_keeps_the_lines_it_drew_and_they_are_a_full_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A scroll (or a rebuilt list) moves lines: a task line whose task, state, elapsed time,
-    style and width are those it was drawn with is kept, not made again, and the kept lines
-    are exactly what drawing them anew makes. The scroll bar is drawn again only as it looks
-    different (``SteadyScrollBar``)."""
+    style and width are those it was drawn with is kept, not made again, and so is the row put
+    together from it, and the kept lines and rows are exactly what drawing them anew makes. The
+    scroll bar is drawn again only as it looks different (``SteadyScrollBar``), and a thumb back
+    where it was is drawn as it was."""
     engine = big_fleet()
     app = sc.make_app(engine)
     async with app.run_test(size=SIZE) as pilot:
@@ -214,13 +222,45 @@ async def test_a_scrolled_queue_keeps_the_lines_it_drew_and_they_are_a_full_draw
             made.append(cells[0][0])
             return line(cells, style, width)
 
+        rows_made: list[Strip] = []
+
+        def row_made(line: Strip, *args: Any) -> Strip:
+            rows_made.append(line)
+            return row_of(line, *args)
+
         queue._line = counted  # type: ignore[method-assign]
+        monkeypatch.setattr(queue_module, "row_of", row_made)
+        bar = queue.vertical_scrollbar
+        assert isinstance(bar, SteadyScrollBar)
+        bar_drawn = bar.render
+        bar_renders: list[object] = []
+
+        def bar_render() -> RenderableType:
+            bar_renders.append(bar.appearance())
+            return bar_drawn()
+
+        bar.render = bar_render  # type: ignore[method-assign]
         drawn = queue.lines_drawn
-        queue.scroll_to(y=round(queue.scroll_y) - 1, animate=False, immediate=True)  # one row up
+        start = round(queue.scroll_y)
+        queue.scroll_to(y=start - 1, animate=False, immediate=True)  # one row up
         await wait_for(pilot, lambda: queue.lines_drawn - drawn >= queue.size.height - 1, "redrawn")
         await pilot.pause()
         assert len(made) <= 2  # the line come into view (and the cursor's, if it moved)
+        assert len(rows_made) <= 2  # and its row
+        drawn = queue.lines_drawn
+        queue.scroll_to(y=start // 2, animate=False, immediate=True)  # the thumb somewhere new
+        await wait_for(pilot, lambda: queue.lines_drawn - drawn >= queue.size.height - 1, "redrawn")
+        await pilot.pause()
+        assert bar_renders  # the bar drawn again
+        bar_renders.clear()
+        reused = bar.reused
+        drawn = queue.lines_drawn
+        queue.scroll_to(y=start, animate=False, immediate=True)  # back where it was
+        await wait_for(pilot, lambda: queue.lines_drawn - drawn >= queue.size.height - 1, "redrawn")
+        await pilot.pause()
+        assert bar.reused > reused and bar_renders == []  # the thumb where it was: drawn as it was
         full = queue.size.region
+        assert bar.render_lines(bar.size.region) == _textuals_own_rows(bar, bar.size.region)
         kept = queue.render_lines(full)
         queue._kept.clear()
         queue._made.clear()

@@ -32,6 +32,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input, TextArea
 from textual.worker import Worker, WorkerState
@@ -65,6 +66,10 @@ PULL_SECONDS = 1.0
 #: live changes reach the screen at most this often (one frame: the stream's new lines and the
 #: queue's changed cells together); agents publish far faster than a person reads
 FRAME_SECONDS = 0.1
+#: a live frame (or a snapshot's panes) due while a key is in hand waits for the key's change to
+#: be drawn, at most this long, once (``FleetApp._frame``): the key may never come back to the
+#: app (a text field took it, or it changed nothing) and the fleet's lines must not wait on it
+KEY_FIRST_S = 0.02
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 #: the start-up heap (imports, the panes, the engine's first state) is frozen out of the
 #: collector's walks this long after mount, and young collections wait for ``GC_YOUNG``
@@ -217,6 +222,10 @@ class FleetApp(WheelKeys, App[None]):
         self._frame_pending = False
         self._frame_held = False  # a live frame that waits for the main screen (``_frame``)
         self._snapshot_held = False  # a snapshot's panes that wait for it too (``show``)
+        #: when the last key arrived whose change is not drawn yet (monotonic; 0.0: none)
+        self._key_came = 0.0
+        self._frame_waited = False  # the frame due waited for a key once already
+        self._frame_timer: Timer | None = None
         self._header_for: tuple[object, ...] = ()
         self._header_pending = False
         self._header_at = -1.0
@@ -239,6 +248,7 @@ class FleetApp(WheelKeys, App[None]):
         the cockpit handles it and draws what it changed, at once (``MainScreen.key_in_hand``)."""
         came_back = isinstance(event, events.Key) and event.is_forwarded  # (forwarding marks it)
         if isinstance(event, events.Key) and not came_back:
+            self._key_came = time.monotonic()
             self.collector.key()
             if self._key_priority is not None:
                 self._key_priority.key()
@@ -268,15 +278,18 @@ class FleetApp(WheelKeys, App[None]):
         """A key is in hand from the moment the terminal's driver hands it over (on its input
         thread), not only when this loop gets to it: a key typed while the cockpit draws a live
         frame (a loud fleet's frame was 5-13 ms of work, twice that with the engine taking the
-        interpreter lock half the time) finds the engine standing aside for the rest of it."""
+        interpreter lock half the time) finds the engine standing aside for the rest of it, and
+        live work that falls due before the loop gets to the key waits for it (``_key_first``)."""
         driver, priority = self._driver, self._key_priority
-        if driver is None or priority is None:
+        if driver is None:
             return
         send = driver.send_message
 
         def send_message(message: Message) -> None:
             if isinstance(message, events.Key):
-                priority.key()
+                self._key_came = time.monotonic()  # live work due waits for it (``_key_first``)
+                if priority is not None:
+                    priority.key()
             send(message)
 
         driver.send_message = send_message  # type: ignore[method-assign]
@@ -435,7 +448,7 @@ class FleetApp(WheelKeys, App[None]):
         if selected is not None and selected in changes.rows:
             self._retitle_stream(selected)
         if changes.snapshot:
-            if self._covered:
+            if self._covered or self._key_first():
                 # the gauges, sparklines and elapsed times wait for the frame after the
                 # uncovering too, so the uncovered screen is drawn from the panes' kept lines
                 # (redrawn under a loud fleet they were 8 of a slow close's 14 ms)
@@ -469,7 +482,26 @@ class FleetApp(WheelKeys, App[None]):
         """The next live frame, a frame's time from now (one at a time)."""
         if not self._frame_pending:
             self._frame_pending = True
-            self.set_timer(FRAME_SECONDS, self._frame)
+            self._frame_timer = self.set_timer(FRAME_SECONDS, self._frame)
+
+    def _key_first(self) -> bool:
+        """A key arrived (from the terminal's driver) whose change is not drawn yet, within
+        ``KEY_FIRST_S``: live work due now waits for it. A key's handling runs across a few turns
+        of the loop (the app, the focused widget, the key coming back), and a live frame's
+        timer firing between two of them ran the frame first: under 32 agents at 200 events/s,
+        1-2 ms of the slowest cursor moves (the stream's new lines), and the once-a-second
+        snapshot's panes 1.3-1.6 ms."""
+        came = self._key_came
+        return bool(came) and time.monotonic() - came < KEY_FIRST_S
+
+    def key_drawn(self) -> None:
+        """The main screen drew a key's change (``MainScreen._draw_now``): a live frame that
+        waited for it comes now."""
+        self._key_came = 0.0
+        if self._frame_waited and self._frame_timer is not None:
+            self._frame_timer.stop()
+            self._frame_timer = None
+            self.call_later(self._frame)
 
     def _show_snapshot(self, now: float) -> None:
         self._snapshot_held = False
@@ -479,9 +511,17 @@ class FleetApp(WheelKeys, App[None]):
         self.gauges.show(self.snap, now)
 
     def _frame(self) -> None:
-        self._frame_pending = False
         if not self.screen_stack:  # the app is closing: its screens are gone before a timer set just before
+            self._frame_pending = False
             return
+        if not self._frame_waited and self._key_first():
+            # a key in hand: its change is drawn first (``key_drawn`` runs the frame then), or
+            # ``KEY_FIRST_S`` from now, whichever comes first
+            self._frame_waited = True
+            self._frame_timer = self.set_timer(KEY_FIRST_S, self._frame)
+            return
+        self._frame_pending = self._frame_waited = False
+        self._frame_timer = None
         if self._covered:
             # a dialog or the detail screen covers the panes: their live lines and cells wait
             # (drawn beneath a see-through dialog they cost a redraw of the whole cockpit a

@@ -18,6 +18,7 @@ A key's change is drawn at once too (``key_in_hand``): Textual draws a screen's 
 60 Hz timer, so a cursor move waited 0-16 ms for the timer's next tick after its few milliseconds
 of work. Only a key's: the live frames of a loud fleet still wait for the tick, at most 60 a second,
 and so do the panes only they change (the stream, the gauges, the header) when a key's draw comes.
+A live frame due while a key is in hand waits for that draw (``FleetApp.key_drawn``).
 
 Its compositor draws an update from the rows the update writes (``compositor.py``), not every row
 of every widget in the update's bounds: the same bytes reach the terminal.
@@ -140,9 +141,13 @@ class MainScreen(Screen[None]):
         with nothing else to do (the esc-close tail under 32 agents at 200 events/s). What the
         tick would have done, done now (textual is pinned in pyproject.toml); the tick then
         finds nothing to draw."""
+        keys = bool(self._key_at)
         self._key_at = 0.0  # what a key in hand changed is drawn here
         self._dirty_before = frozenset()
         if self.is_current:
             whole = self._repaint_required
             self._on_timer_update()
             self._drawn_whole = self._drawn_whole or whole
+        key_drawn = getattr(self.app, "key_drawn", None)  # FleetApp's: the live frame that waited
+        if keys and key_drawn is not None:
+            key_drawn()
