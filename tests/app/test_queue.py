@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from rich.console import RenderableType
 from textual.color import Color as TColor
-from textual.filter import Monochrome
+from textual.filter import Monochrome, NoColor
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -308,6 +308,51 @@ async def test_the_queues_rows_are_textuals_own_in_every_look() -> None:
         queue.styles.padding = (0, 1)
         await pilot.pause()
         assert same()[3].text.startswith("┃ ")
+
+
+async def test_the_queues_scroll_bar_at_every_thumb_place_is_textuals_own() -> None:
+    """A long queue's bar at each thumb place (its ends in every eighth of a cell) is put
+    together from rows the bar makes itself, never drawn through Textual, and is the bar Textual
+    draws: in the cockpit's look, hovered, in another theme and through a colour filter."""
+    engine = big_fleet()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        queue = app.queue
+        bar = queue.vertical_scrollbar
+        assert isinstance(bar, SteadyScrollBar)
+        full = bar.size.region
+        ends: set[int] = set()
+
+        async def every_place(look: str) -> None:
+            """(In the looks after the first, the bar's drawings of each place in the looks
+            before are kept: none of them will do.)"""
+            places = range(0, round(queue.max_scroll_y) + 1, 263)
+            first = look == "the cockpit's"
+            for y in places if first else reversed(places):  # the places drawn last first
+                queue.scroll_to(y=y, animate=False, immediate=True)
+                await pilot.pause()
+                thumb = bar.appearance()[1]
+                assert thumb is not None
+                ends.update((thumb[0] % 8, thumb[1] % 8))
+                if first:
+                    bar._drawings.clear()  # (drawn as the scroll was shown)
+                assembled = bar.assembled
+                shown = bar.render_lines(full)
+                assert bar.assembled == assembled + first  # put together, not drawn through Textual
+                assert shown == _textuals_own_rows(bar, full), (look, y)
+
+        await every_place("the cockpit's")
+        assert len(ends) == 8
+        bar.mouse_over = True
+        await every_place("hovered")
+        app.theme = "textual-light"
+        await pilot.pause()
+        await every_place("another theme")
+        app._filters.append(NoColor())
+        bar.refresh()
+        await pilot.pause()
+        await every_place("a colour filter")
 
 
 async def test_idle_cockpit_draws_nothing() -> None:
