@@ -569,6 +569,62 @@ async def test_a_snapshot_waits_while_a_dialog_covers_the_panes_and_comes_after_
         assert len(shown) == before + 2  # uncovered: at once again
 
 
+async def test_a_closed_dialog_uncovers_the_queue_as_drawn_last_and_the_next_frame_updates_it() -> None:
+    """Under a loud fleet nearly every running task's line changed while a dialog covered the
+    queue; the close drew each of them anew. The uncovered queue shows its lines as drawn last,
+    and the frame after the close brings the changed ones up to date."""
+    engine = sc.several_running()
+    app = sc.make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: engine.subscribers)
+        await pilot.pause()
+        main, queue = app.screen, app.queue
+        running = [t for t in app.tasks.values() if t.status == TaskStatus.RUNNING]
+        assert running
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        engine.push(*(TaskChanged(replace(t, tokens=77_777, updated_at=sc.NOW + 5)) for t in running))
+        await wait_for(pilot, lambda: all(app.tasks[t.id].tokens == 77_777 for t in running), "changes")
+        made: list[str] = []
+        line = queue._line
+
+        def counted(cells, style, width):  # type: ignore[no-untyped-def]
+            made.append(cells[0][0])
+            return line(cells, style, width)
+
+        queue._line = counted  # type: ignore[method-assign]
+        shown: list[tuple[int, str]] = []  # lines made when the main screen was drawn whole, and the queue
+        display = app._display
+
+        def displayed(screen: Screen[object], update: RenderableType | None) -> None:
+            display(screen, update)
+            if screen is main and isinstance(update, LayoutUpdate):
+                region = queue.content_region
+                rows = update.strips[region.y : region.bottom]
+                shown.append((len(made), "".join(strip.text for line in rows for strip in line)))
+
+        app._display = displayed  # type: ignore[method-assign,assignment]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: bool(shown), "the uncovered screen drawn")
+        lines_made, queue_shown = shown[0]
+        assert lines_made == 0 and "78k" not in queue_shown, (made, queue_shown)  # the lines as drawn last
+        await wait_for(pilot, lambda: len(made) >= len(running) and not queue.repaint_pending, "updated")
+        await pilot.pause()
+        now_shown = "".join(strip.text for strip in queue.render_lines(queue.size.region))
+        assert now_shown.count("78k") == len(running)
+        kept = queue.render_lines(queue.size.region)
+        queue._styles_cache.clear()
+        assert kept == Widget.render_lines(queue, queue.size.region)  # as Textual draws them now
+        # only the elapsed times changed (an hour on): the uncovering draw shows the lines as
+        # drawn last, and leaves them to the next frame
+        app.clock = lambda: sc.NOW + 3600
+        queue.kept_lines_will_do()
+        assert queue.render_lines(queue.size.region) == kept
+        assert queue.repaint_pending
+        queue.repaint_changed()
+        assert queue.render_lines(queue.size.region) != kept
+
+
 class _NoTick:
     """A screen update timer that never ticks (it is paused and resumed, never fires)."""
 

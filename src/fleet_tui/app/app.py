@@ -537,10 +537,12 @@ class FleetApp(WheelKeys, App[None]):
     def uncovered(self) -> None:
         """The main screen is on top again: the live frame held while it was covered, if any,
         a frame's time later (``call_after_refresh`` ran it before the uncovering frame was
-        drawn in a third of the closes under a loud fleet, which then drew the stream too)."""
-        if self._frame_held:
-            self._frame_held = False
-            self._frame_soon()
+        drawn in a third of the closes under a loud fleet, which then drew the stream too).
+        The uncovering draw shows the queue's lines as they were drawn last, and that frame
+        brings them up to date (``QueueView.kept_lines_will_do``)."""
+        self._frame_held = False
+        self.queue.kept_lines_will_do()
+        self._frame_soon()
 
     def _header_due(self) -> None:
         self._header_pending = False

@@ -138,6 +138,8 @@ class QueueView(ScrollView, can_focus=True):
         #: what the line shows (``render_line``), the line
         self._kept: dict[str, tuple[Task, tuple[object, ...], Strip]] = {}
         self._pass_width: int | None = None  # the content's width, during one ``render_lines``
+        self._kept_will_do = False  # the next draw shows lines as last drawn (``kept_lines_will_do``)
+        self._header: tuple[tuple[object, ...], Strip] | None = None  # (what it shows, the line)
         #: rows put together from their lines (``rows.py``): by the line's ``id``, (the line, the
         #: row), while the widget looks as it did then (``_row_look``, with what goes around a
         #: row); a row does not depend on where it is, so a scroll finds its rows here too. The
@@ -216,6 +218,14 @@ class QueueView(ScrollView, can_focus=True):
         i = self.model.index(Row("task", task_id)) if not self.model.dirty else None
         if i is not None and self._on_screen(i):
             self.refresh_line(i + 1)
+
+    def kept_lines_will_do(self) -> None:
+        """The next draw is of a screen uncovered (a dialog closed): a task's line is shown as it
+        was last drawn where only the task or its elapsed time changed since, and drawn again
+        at the next ``repaint_changed`` (the frame after). While a dialog covered the queue,
+        a loud fleet changed nearly every running task's line, and the close drew each of them
+        anew: 1.7-3.2 ms of an ``esc`` close's 6-7 ms under 32 agents at 200 events/s."""
+        self._kept_will_do = True
 
     def tick(self) -> None:
         """Once a second: repaint only the on-screen lines whose elapsed time runs."""
@@ -510,6 +520,7 @@ class QueueView(ScrollView, can_focus=True):
             return self._rows_for(crop)
         finally:
             self._pass_width = None
+            self._kept_will_do = False
 
     def _rows_for(self, crop: Region) -> list[Strip]:
         width = self.region.width
@@ -546,11 +557,12 @@ class QueueView(ScrollView, can_focus=True):
         width = self._content_width()
         base = self._style("base")
         if y == 0:
-            return self._line(
-                [(c.label, c) for c in self.columns()],
-                base + self._style("queue--header"),
-                width,
-            )
+            columns = self.columns()
+            style = base + self._style("queue--header")
+            if self._header is None or self._header[0] != (columns, style, width):
+                line = self._line([(c.label, c) for c in columns], style, width)
+                self._header = ((columns, style, width), line)
+            return self._header[1]
         index = round(self.scroll_y) + y - 1
         if index >= len(self._rows):
             return Strip.blank(width, base)
@@ -574,8 +586,12 @@ class QueueView(ScrollView, can_focus=True):
             # list moves lines, and a loud fleet changes a few of them a frame, not all
             shows = (asking, duration(elapsed(task, now)), strip_style, width, columns)
             kept = self._kept.get(task.id)
-            if kept is not None and kept[0] is task and kept[1] == shows:
-                return kept[2]
+            if kept is not None and kept[1][2:] == shows[2:]:  # the same look, width and columns
+                if kept[0] is task and kept[1] == shows:
+                    return kept[2]
+                if self._kept_will_do:
+                    self._repaint.add(task.id)  # drawn as it is now at the next frame
+                    return kept[2]
             values = cell_texts(task, now, asking)
             line = self._line([(values[c.key], c) for c in columns], strip_style, width)
             if len(self._kept) > 2 * len(self._rows) + 64:  # tasks long gone from the list
