@@ -907,6 +907,26 @@ async def test_live_work_due_as_a_key_arrives_waits_for_the_keys_draw(
         assert not app.stream.pending
 
 
+async def test_a_live_frame_that_waited_for_a_key_waits_for_the_next_one_typed_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``escape`` then ``down``, typed fast: the frame that waited for the first key, due again
+    as the second arrives, waits for that one too (it ran in the middle of the cursor move)."""
+    async with _untimed_cockpit(size=(160, 48)) as app:
+        tid = app.stream.task_id
+        assert tid is not None
+        order = _record_frames_and_key_draws(app, monkeypatch)
+        app.apply([AgentEvent(Event(tid, 9, 0, sc.NOW, "text", text="a live line"))])
+        row = _key_down(app)
+        _frame_timer_fires(app)  # waits for the first key
+        _key_down(app)
+        _frame_timer_fires(app)  # its wait is over as the second key arrives: waits for that one
+        assert order == [] and app.stream.pending, "the frame ran between the keys"
+        await _until(lambda: "frame" in order and app.queue.cursor_row == row + 2)
+        assert order[0] == "key drawn" and "frame" in order, order
+        assert app.queue.cursor_row == row + 2
+
+
 async def test_a_key_a_text_field_takes_holds_a_live_frame_back_briefly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

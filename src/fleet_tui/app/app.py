@@ -67,8 +67,9 @@ PULL_SECONDS = 1.0
 #: queue's changed cells together); agents publish far faster than a person reads
 FRAME_SECONDS = 0.1
 #: a live frame (or a snapshot's panes) due while a key is in hand waits for the key's change to
-#: be drawn, at most this long, once (``FleetApp._frame``): the key may never come back to the
-#: app (a text field took it, or it changed nothing) and the fleet's lines must not wait on it
+#: be drawn, at most this long for one key and ``FRAME_SECONDS`` in all (``FleetApp._frame``): the
+#: key may never come back to the app (a text field took it, or it changed nothing), and keys
+#: typed fast must not hold the fleet's lines back for long
 KEY_FIRST_S = 0.02
 STYLES = Path(__file__).resolve().parent.parent / "styles" / "fleet.tcss"
 #: the start-up heap (imports, the panes, the engine's first state) is frozen out of the
@@ -224,7 +225,9 @@ class FleetApp(WheelKeys, App[None]):
         self._snapshot_held = False  # a snapshot's panes that wait for it too (``show``)
         #: when the last key arrived whose change is not drawn yet (monotonic; 0.0: none)
         self._key_came = 0.0
-        self._frame_waited = False  # the frame due waited for a key once already
+        #: the frame due waited for the key that came at this time (``_key_came``), since this
+        #: time (monotonic; 0.0: it has not waited)
+        self._frame_waited: tuple[float, float] = (0.0, 0.0)
         self._frame_timer: Timer | None = None
         self._header_for: tuple[object, ...] = ()
         self._header_pending = False
@@ -498,7 +501,7 @@ class FleetApp(WheelKeys, App[None]):
         """The main screen drew a key's change (``MainScreen._draw_now``): a live frame that
         waited for it comes now."""
         self._key_came = 0.0
-        if self._frame_waited and self._frame_timer is not None:
+        if self._frame_waited[1] and self._frame_timer is not None:
             self._frame_timer.stop()
             self._frame_timer = None
             self.call_later(self._frame)
@@ -514,13 +517,16 @@ class FleetApp(WheelKeys, App[None]):
         if not self.screen_stack:  # the app is closing: its screens are gone before a timer set just before
             self._frame_pending = False
             return
-        if not self._frame_waited and self._key_first():
+        came, since = self._key_came, self._frame_waited[1] or time.monotonic()
+        if came != self._frame_waited[0] and self._key_first() and time.monotonic() - since < FRAME_SECONDS:
             # a key in hand: its change is drawn first (``key_drawn`` runs the frame then), or
-            # ``KEY_FIRST_S`` from now, whichever comes first
-            self._frame_waited = True
+            # ``KEY_FIRST_S`` from now, whichever comes first (a key that came while it waited
+            # for another is waited for too: ``escape`` then ``down``, typed fast)
+            self._frame_waited = (came, since)
             self._frame_timer = self.set_timer(KEY_FIRST_S, self._frame)
             return
-        self._frame_pending = self._frame_waited = False
+        self._frame_pending = False
+        self._frame_waited = (0.0, 0.0)
         self._frame_timer = None
         if self._covered:
             # a dialog or the detail screen covers the panes: their live lines and cells wait
