@@ -517,12 +517,14 @@ class FleetApp(WheelKeys, App[None]):
         if not self.screen_stack:  # the app is closing: its screens are gone before a timer set just before
             self._frame_pending = False
             return
-        came, since = self._key_came, self._frame_waited[1] or time.monotonic()
-        if came != self._frame_waited[0] and self._key_first() and time.monotonic() - since < FRAME_SECONDS:
+        waited_for, since = self._frame_waited
+        now = time.monotonic()
+        since = since or now
+        if self._key_first() and self._key_came != waited_for and now - since < FRAME_SECONDS:
             # a key in hand: its change is drawn first (``key_drawn`` runs the frame then), or
             # ``KEY_FIRST_S`` from now, whichever comes first (a key that came while it waited
             # for another is waited for too: ``escape`` then ``down``, typed fast)
-            self._frame_waited = (came, since)
+            self._frame_waited = (self._key_came, since)
             self._frame_timer = self.set_timer(KEY_FIRST_S, self._frame)
             return
         self._frame_pending = False

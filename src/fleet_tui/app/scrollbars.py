@@ -17,16 +17,12 @@ one of a few (the track above the thumb, the thumb, the track below it, a thumb'
 of a cell), and textual draws each row from its own segment alone: the bar keeps every row by the
 segment it comes from, and a moved thumb is put together from them. A row not kept yet (a thumb's
 end in an eighth not seen in this look) is made as textual makes it, the segment in the bar's own
-style through ``rows.py`` (tests compare every row with textual's own drawing): drawn through
-textual's styles cache, a whole bar of a thumb's new end was 0.6 ms unloaded and 1-1.3 ms of a
-cursor move that scrolled the queue under 32 agents at 200 events/s. Everything else about it is
-textual's ``ScrollBar``.
-
-A pane that scrolls (the queue's cursor past its last visible row) moves its thumb back and forth
-between a few places, and each move put the bar together again from its rows: the rows' segments
-drawn by ``render_bar`` first (a style a row), 1-2 ms of a cursor move that scrolled the queue under
-32 agents at 200 events/s. The bar keeps its last ``DRAWINGS`` drawings whole, by appearance: a
-thumb back where it was is drawn as it was.
+style through ``rows.py`` (tests compare every row with textual's own drawing), not by drawing the
+whole bar through textual's styles cache: 0.6 ms unloaded, and 1-1.3 ms of a cursor move that
+scrolled the queue under 32 agents at 200 events/s. The bar also keeps its last ``DRAWINGS``
+drawings whole, by appearance: a pane that scrolls back and forth (the queue's cursor about its
+last visible row) moves its thumb between a few places, each drawn as it was. Everything else
+about it is textual's ``ScrollBar``.
 """
 
 from __future__ import annotations
@@ -72,7 +68,7 @@ class SteadyScrollBar(ScrollBar):
         self.reused = 0  # draws answered from one of them (for tests and benchmarks)
         #: the rows drawn for this look (all but the thumb's place), by the segment each came from
         self._rows: tuple[tuple[Any, ...], dict[Segment, Strip]] = ((), {})
-        self.assembled = 0  # draws put together from rows drawn before (for tests and benchmarks)
+        self.assembled = 0  # draws put together from its rows, not through textual (for tests and benchmarks)
 
     def appearance(self) -> tuple[Any, ...]:
         """What the bar's drawing depends on (``ScrollBar.render`` and ``render_bar``)."""
