@@ -6,9 +6,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from rich.console import RenderableType
 from textual.pilot import Pilot
 
 from fleet_tui.app.app import FleetApp
+from fleet_tui.app.scrollbars import SteadyScrollBar
 from fleet_tui.app.stream import FILL_LIMIT
 from fleet_tui.scheduler.model import Event
 
@@ -25,6 +27,20 @@ async def wait_for(pilot: Pilot[Any], condition: Callable[[], object], what: str
             return
         await pilot.pause()
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def count_renders(bar: SteadyScrollBar) -> list[object]:
+    """``bar``'s appearance each time it is drawn through its renderable from now on (a drawing
+    it keeps, or puts together from its kept rows, is not counted)."""
+    renders: list[object] = []
+    render = bar.render
+
+    def counted() -> RenderableType:
+        renders.append(bar.appearance())
+        return render()
+
+    bar.render = counted  # type: ignore[method-assign]
+    return renders
 
 
 async def type_text(pilot: Pilot[Any], text: str) -> None:

@@ -49,7 +49,7 @@ from fleet_tui.screens.help import HelpScreen
 from fleet_tui.screens.new_task import NewTaskScreen
 
 from . import scenarios as sc
-from .helpers import following_200_lines, type_text, wait_for
+from .helpers import count_renders, following_200_lines, type_text, wait_for
 
 pytestmark = pytest.mark.anyio
 SIZE = (80, 24)
@@ -1144,14 +1144,7 @@ async def test_the_streams_scroll_bar_is_redrawn_only_when_it_would_look_differe
         assert isinstance(bar, SteadyScrollBar)
         await wait_for(pilot, lambda: bar.display and bar.window_virtual_size == long, "the bar shown")
         assert bar.window_size**2 < long
-        drawn = bar.render
-        renders: list[object] = []
-
-        def counted() -> RenderableType:
-            renders.append(bar.appearance())
-            return drawn()
-
-        bar.render = counted  # type: ignore[method-assign]
+        renders = count_renders(bar)
         for seq in range(long, long + 30):  # the one-cell thumb stays at the end
             engine.push(AgentEvent(Event("t-0002", 2, seq, sc.NOW, "text", text=f"line {seq}")))
             await wait_for(pilot, lambda: f"line {seq}" in app.stream.lines[-1].text, "the line drawn")  # noqa: B023

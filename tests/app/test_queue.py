@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import RenderableType
 from textual.color import Color as TColor
 from textual.filter import Monochrome, NoColor
 from textual.geometry import Region
@@ -33,7 +32,7 @@ from fleet_tui.scheduler.states import TaskStatus as S
 from fleet_tui.scheduler.view import carry_over
 
 from . import scenarios as sc
-from .helpers import type_text, wait_for
+from .helpers import count_renders, type_text, wait_for
 from .queue_fleet import LONG_NAMES, REPOS, ROOT, big_fleet, long_names, make_task
 
 pytestmark = pytest.mark.anyio
@@ -232,14 +231,7 @@ async def test_a_scrolled_queue_keeps_the_lines_it_drew_and_they_are_a_full_draw
         monkeypatch.setattr(queue_module, "row_of", row_made)
         bar = queue.vertical_scrollbar
         assert isinstance(bar, SteadyScrollBar)
-        bar_drawn = bar.render
-        bar_renders: list[object] = []
-
-        def bar_render() -> RenderableType:
-            bar_renders.append(bar.appearance())
-            return bar_drawn()
-
-        bar.render = bar_render  # type: ignore[method-assign]
+        bar_renders = count_renders(bar)
         drawn = queue.lines_drawn
         start = round(queue.scroll_y)
         queue.scroll_to(y=start - 1, animate=False, immediate=True)  # one row up
