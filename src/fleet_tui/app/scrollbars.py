@@ -114,23 +114,29 @@ class SteadyScrollBar(ScrollBar):
             self.reused += 1
             drawings[key] = drawn  # the most recently used now
             return list(drawn)
-        look = key[:1] + key[2:]  # the appearance but the thumb's place
-        segments = self._row_segments()
-        rows = self._rows[1] if self._rows[0] == look else {}
-        missing = [segment for segment in dict.fromkeys(segments or ()) if segment not in rows]
-        made = self._rows_of(missing) if segments is not None else None
-        if made is not None:
-            if made:
-                rows = {**rows, **made}
-                self._rows = (look, rows)
-            strips = [rows[segment] for segment in segments or ()]
-            self.assembled += 1
-        else:
+        strips = self._put_together(key[:1] + key[2:])  # (the look: all but the thumb's place)
+        if strips is None:
             strips = super().render_lines(crop)
         drawings[key] = list(strips)
         if len(drawings) > DRAWINGS:
             del drawings[next(iter(drawings))]
         return strips
+
+    def _put_together(self, look: tuple[Any, ...]) -> list[Strip] | None:
+        """The bar from its rows: those kept for ``look``, the others made now; None where
+        textual must draw it (``_row_segments``, ``_rows_of``)."""
+        segments = self._row_segments()
+        if segments is None:
+            return None
+        rows = self._rows[1] if self._rows[0] == look else {}
+        made = self._rows_of([segment for segment in dict.fromkeys(segments) if segment not in rows])
+        if made is None:
+            return None
+        if made:
+            rows = {**rows, **made}
+            self._rows = (look, rows)
+        self.assembled += 1
+        return [rows[segment] for segment in segments]
 
     def _rows_of(self, segments: list[Segment]) -> dict[Segment, Strip] | None:
         """The rows textual draws from ``segments`` (each a row of a bar one cell wide): the
