@@ -23,7 +23,7 @@ from textual.widgets import Sparkline, Static
 
 from fleet_tui.app.app import FleetApp
 from fleet_tui.app.panes import PulseLines, sparkline
-from fleet_tui.gauges import Pulse
+from fleet_tui.gauges import Pulse, gauges
 from fleet_tui.scheduler.series import KEEP
 
 from . import scenarios as sc
@@ -214,3 +214,40 @@ def test_a_sparkline_line_is_textuals_cell_for_cell(n: int) -> None:
 
 def _cells(segments: list[Segment]) -> list[tuple[str, Style | None]]:
     return [(ch, seg.style) for seg in segments for ch in seg.text]
+
+
+@pytest.mark.anyio
+async def test_figures_that_move_under_what_is_drawn_draw_nothing() -> None:
+    """Free memory moves by bytes and the load by hundredths every second, while the lines drawn
+    from them mostly stay: a snapshot like that refreshes neither the bars nor the pane (an idle
+    cockpit's second), and one that moves a number drawn redraws the bars."""
+    app = sc.make_app(sc.gauges_fleet())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        pane = app.gauges
+        refreshed: list[str] = []
+        for widget, name in ((pane, "pane"), (pane.bars, "bars")):
+            own = widget.refresh
+
+            def counted(*args: Any, own: Any = own, name: str = name, **kwargs: Any) -> Any:
+                refreshed.append(name)
+                return own(*args, **kwargs)
+
+            widget.refresh = counted  # type: ignore[method-assign]
+        snap, now = pane.snap, pane.now
+        assert snap is not None and snap.gauges.mem_available and snap.gauges.load_per_core is not None
+        g = snap.gauges
+        drawn = str(pane.bars.render())
+        for step in range(1, 4):
+            moved = replace(
+                g, mem_available=g.mem_available + step, load_per_core=g.load_per_core + 0.001 * step
+            )
+            pane.show(replace(snap, gauges=moved), now)
+            await pilot.pause()
+        assert pane.figures[0] != tuple(gauges(snap, now))  # the figures did move
+        assert refreshed == []
+        pane.show(replace(snap, gauges=replace(g, load_per_core=g.load_per_core + 0.5)), now)
+        await pilot.pause()
+        assert refreshed == ["bars"]
+        assert str(pane.bars.render()) != drawn
+        assert f"{g.load_per_core + 0.5:.1f}/core" in str(pane.bars.render())

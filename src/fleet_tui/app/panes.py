@@ -199,7 +199,9 @@ class GaugesPane(Vertical):
 
     per_host: reactive[bool] = reactive(False, init=False)
     """Sparklines per host (``h``) instead of for the whole fleet."""
-    figures: reactive[tuple[tuple[Gauge, ...], tuple[Pulse, ...]]] = reactive(((), ()), init=False)
+    figures: reactive[tuple[tuple[Gauge, ...], tuple[Pulse, ...]]] = reactive(
+        ((), ()), init=False, repaint=False
+    )
     """What the pane draws: the gauge rows and the sparklines (``fleet_tui.gauges``), worked out
     from each snapshot; a snapshot that changes neither draws nothing."""
 
@@ -215,6 +217,7 @@ class GaugesPane(Vertical):
         self.snap: Snapshot | None = None
         self.now = 0.0
         self._bar_lines = -1
+        self._bars_drawn: list[Text] | None = None  # the bar lines on show
 
     def compose(self) -> ComposeResult:
         yield self.bars
@@ -253,13 +256,17 @@ class GaugesPane(Vertical):
         label_w = min(max((len(r.label) for r in rows), default=5), 10) + 1
         lines = self._pairs(rows, width) if paired else [self._line(r, width, label_w) for r in rows]
         shown_lines = lines[:height] if paired else lines
-        # a new layout (a reflow and a repaint of the whole screen) only when the line count moved
-        self.bars.update(Text("\n").join(shown_lines), layout=len(shown_lines) != self._bar_lines)
-        self._bar_lines = len(shown_lines)
+        # the figures move every second (free memory to the byte, the load's fill) where the
+        # lines drawn from them mostly do not: those are not drawn again
+        if shown_lines != self._bars_drawn:
+            # a new layout (a reflow and a repaint of the whole screen) only when the line count moved
+            self.bars.update(Text("\n").join(shown_lines), layout=len(shown_lines) != self._bar_lines)
+            self._bar_lines = len(shown_lines)
+            self._bars_drawn = shown_lines
         hidden = max(len(lines) - height, 0)
-        self.border_subtitle = (
-            f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""
-        )
+        subtitle = f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""
+        if subtitle != (self.border_subtitle or ""):  # setting it repaints the whole pane
+            self.border_subtitle = subtitle
         room = max(height - len(lines), 0)
         self._show_pulses(list(shown[:room]))
 
