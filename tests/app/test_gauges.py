@@ -235,19 +235,19 @@ async def test_figures_that_move_under_what_is_drawn_draw_nothing() -> None:
 
             widget.refresh = counted  # type: ignore[method-assign]
         snap, now = pane.snap, pane.now
-        assert snap is not None and snap.gauges.mem_available and snap.gauges.load_per_core is not None
+        assert snap is not None
         g = snap.gauges
+        mem, load = g.mem_available, g.load_per_core
+        assert mem is not None and load is not None
         drawn = str(pane.bars.render())
         for step in range(1, 4):
-            moved = replace(
-                g, mem_available=g.mem_available + step, load_per_core=g.load_per_core + 0.001 * step
-            )
+            moved = replace(g, mem_available=mem + step, load_per_core=load + 0.001 * step)
             pane.show(replace(snap, gauges=moved), now)
             await pilot.pause()
         assert pane.figures[0] != tuple(gauges(snap, now))  # the figures did move
         assert refreshed == []
-        pane.show(replace(snap, gauges=replace(g, load_per_core=g.load_per_core + 0.5)), now)
+        pane.show(replace(snap, gauges=replace(g, load_per_core=load + 0.5)), now)
         await pilot.pause()
         assert refreshed == ["bars"]
         assert str(pane.bars.render()) != drawn
-        assert f"{g.load_per_core + 0.5:.1f}/core" in str(pane.bars.render())
+        assert f"{load + 0.5:.1f}/core" in str(pane.bars.render())
