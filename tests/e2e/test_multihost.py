@@ -174,6 +174,23 @@ class Fleet:
         st = self.status()
         return st if len(st) == n and all(t["status"] == "done" for t in st) else None
 
+    def wait_all_done(self, n: int, timeout: float, what: str) -> list[dict[str, Any]]:
+        """``all_done(n)`` within ``timeout``; else fail with what each task and host was doing:
+        a timeout under a loaded suite is otherwise a bare "timed out" with nothing to read."""
+        try:
+            return wait_for(lambda: self.all_done(n), timeout, interval=0.5, what=what)
+        except AssertionError as e:
+            tasks = "\n".join(
+                f"  {t['name']} {t['status']} #{t.get('attempt')} on {t.get('host')}: {t.get('reason')}"
+                for t in self.status()
+            )
+            logs = "\n".join(
+                f"--- {host} ({'running' if p.poll() is None else f'exited {p.returncode}'}), last lines:\n"
+                + "\n".join(self.log(host).splitlines()[-40:])
+                for host, p in self.procs.items()
+            )
+            raise AssertionError(f"{e}\ntasks:\n{tasks}\nhosts:\n{logs}") from None
+
     def store(self) -> Any:
         from fleet_tui.scheduler.store.postgres_store import PostgresStore
 
@@ -374,7 +391,7 @@ def test_kill9_host_tasks_reclaimed_and_finished_elsewhere_once(multi: Fleet) ->
     killed_at = time.time()
     os.kill(f.procs["mh-a"].pid, signal.SIGKILL)
     f.procs["mh-a"].wait(timeout=10)
-    done = wait_for(lambda: f.all_done(43), 90, interval=0.5, what="every task done after the kill")
+    done = f.wait_all_done(43, 90, "every task done after the kill")
     took = time.time() - killed_at
     _assert_reclaimed(f, slow, victim_owner)
     ends = Counter(tid for _, tid, _, _ in f.lines("end"))
@@ -413,7 +430,7 @@ def test_frozen_host_wakes_up_and_its_late_writes_change_nothing(multi: Fleet, s
     os.kill(victim.pid, signal.SIGSTOP)  # the engine freezes; its shims (own processes) do not
     f.start("mh-b", "linux")
     f.start("mh-c", "linux")
-    wait_for(lambda: f.all_done(9), 90, interval=0.5, what="every task done while mh-a is frozen")
+    f.wait_all_done(9, 90, "every task done while mh-a is frozen")
     _assert_reclaimed(f, slow, victim_owner)
 
     store = f.store()
