@@ -15,10 +15,10 @@ only those rows where a piece the update writes is not covered yet by a widget i
 row with nothing left to write is neither drawn nor cut. A whole update (a dialog closed, a resize)
 is left to Textual's own ``_render_chops``: every line is written then, so there is nothing to skip
 but the rows of containers behind their children, and Textual's plain loop over every row was
-quicker than this one's bookkeeping (closing the help over 32 queued tasks: the screen's draw 2.5-2.6
-against 2.9-3.0 ms, traced). What reaches the terminal is the same, byte
-for byte (``tests/app/test_compositor.py`` compares it with Textual's compositor over many
-updates). Textual is pinned in pyproject.toml: this follows ``Compositor._render_chops`` and
+quicker than this one's bookkeeping (closing the help over 32 queued tasks: the screen's draw
+2.5-2.6 against 2.9-3.0 ms, traced). What reaches the terminal is the same, byte for byte
+(``tests/app/test_compositor.py`` compares it with Textual's compositor over many updates). Textual
+is pinned in pyproject.toml: this follows ``Compositor._render_chops`` and
 ``render_partial_update`` of that version, and how ``ChopsUpdate.render_segments`` reads the chops
 (a chop it writes is one whose cell range meets a span; an empty one it skips).
 """

@@ -203,7 +203,9 @@ class GaugesPane(Vertical):
         ((), ()), init=False, repaint=False
     )
     """What the pane draws: the gauge rows and the sparklines (``fleet_tui.gauges``), worked out
-    from each snapshot; a snapshot that changes neither draws nothing."""
+    from each snapshot; a snapshot that changes neither draws nothing. A change does not repaint
+    the pane: its watcher draws the lines that changed (none, for a figure that moved under the
+    same text)."""
 
     @property
     def pulse_labels(self) -> list[str]:
