@@ -218,7 +218,6 @@ class GaugesPane(Vertical):
         self.pulse = PulseLines(id="pulse")
         self.snap: Snapshot | None = None
         self.now = 0.0
-        self._bar_lines = -1
         self._bars_drawn: list[Text] | None = None  # the bar lines on show
 
     def compose(self) -> ComposeResult:
@@ -260,10 +259,11 @@ class GaugesPane(Vertical):
         shown_lines = lines[:height] if paired else lines
         # the figures move every second (free memory to the byte, the load's fill) where the
         # lines drawn from them mostly do not: those are not drawn again
-        if shown_lines != self._bars_drawn:
+        drawn = self._bars_drawn
+        if shown_lines != drawn:
             # a new layout (a reflow and a repaint of the whole screen) only when the line count moved
-            self.bars.update(Text("\n").join(shown_lines), layout=len(shown_lines) != self._bar_lines)
-            self._bar_lines = len(shown_lines)
+            moved = drawn is None or len(shown_lines) != len(drawn)
+            self.bars.update(Text("\n").join(shown_lines), layout=moved)
             self._bars_drawn = shown_lines
         hidden = max(len(lines) - height, 0)
         subtitle = f"{hidden} more line{'s' if hidden > 1 else ''} (a taller window)" if hidden else ""
