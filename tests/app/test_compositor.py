@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import copy
 import random
+from collections.abc import Callable
 
-from textual._compositor import Compositor
+from rich.console import RenderableType
+from textual._compositor import Compositor, LayoutUpdate
 from textual.geometry import Region
+from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 
 from fleet_tui.app.compositor import SpanCompositor
+from fleet_tui.scheduler.model import AgentEvent, Event
+from fleet_tui.screens.help import HelpScreen
 
-from .helpers import following_200_lines
+from . import scenarios as sc
+from .helpers import following_200_lines, wait_for
 
 
 def _textuals(compositor: SpanCompositor) -> Compositor:
@@ -88,3 +94,73 @@ async def test_an_update_reaches_the_terminal_as_the_same_bytes_as_textuals_comp
             Widget.render_lines = original  # type: ignore[method-assign]
         assert rows["ours"] < rows["theirs"] / 2, rows
         assert ours.render_strips() == theirs.render_strips()
+
+
+async def test_a_closed_dialog_uncovers_the_screen_drawn_from_its_kept_frame() -> None:
+    """Closing a dialog draws the whole screen from the frame the compositor kept, with what
+    changed while the dialog covered it drawn anew: the lines Textual's own whole draw gives at
+    that moment, from a handful of rows asked of the widgets instead of all of them. A new CSS
+    (a theme) drops the frame: the next close is Textual's whole draw again."""
+    async with following_200_lines() as (app, pilot, engine):
+        ours = app.screen._compositor
+        assert isinstance(ours, SpanCompositor)
+        main = app.screen
+        console = app.console
+        drawn: list[tuple[str, str, int]] = []  # (ours, Textual's, rows asked) per whole update
+        rows = [0]
+        original = Widget.render_lines
+
+        def counting(widget: Widget, crop: Region) -> list[Strip]:
+            rows[0] += crop.height
+            return original(widget, crop)
+
+        shown = app._display
+
+        def display(screen: Screen[object], update: RenderableType | None) -> None:
+            if screen is main and isinstance(update, LayoutUpdate):
+                Widget.render_lines = original  # type: ignore[method-assign]
+                region = ours.size.region
+                theirs = _textuals(ours)._render_chops(region, lambda y: True)
+                whole = LayoutUpdate([list(chop.values()) for chop in theirs], region)
+                drawn.append((update.render_segments(console), whole.render_segments(console), rows[0]))
+            shown(screen, update)
+
+        app._display = display  # type: ignore[method-assign,assignment]
+
+        async def close_help(while_covered: Callable[[], None]) -> tuple[str, str, int]:
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+            while_covered()
+            before = len(drawn)
+            rows[0] = 0
+            Widget.render_lines = counting  # type: ignore[method-assign,assignment]
+            try:
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: len(drawn) > before, "the uncovering draw")
+            finally:
+                Widget.render_lines = original  # type: ignore[method-assign]
+            return drawn[before]
+
+        # the frame follows partial updates: new stream lines, the cursor's moves
+        for i in range(5):
+            engine.push(AgentEvent(Event("t-0002", 2, 300 + i, sc.NOW, "text", text=f"live {i}")))
+            await wait_for(pilot, lambda i=i: f"live {i}" in app.stream.lines[-1].text, "live line")  # type: ignore[misc]
+        await pilot.press("down", "down", "up")
+        await pilot.pause()
+
+        def retitle() -> None:  # a pane drawn anew while covered (not held for the next frame)
+            app.inbox.border_title = "retitled while covered"
+
+        mine, textuals, retitled = await close_help(retitle)
+        assert "retitled while covered" in mine
+        assert mine == textuals
+
+        # the lines held while covered came in the frame after; the next close shows them too
+        mine, textuals, unchanged = await close_help(lambda: None)
+        assert mine == textuals
+
+        app._invalidate_css()  # what a new theme does first: the kept frame is not used
+        mine, textuals, whole = await close_help(lambda: None)
+        assert mine == textuals
+        # rows asked of the widgets: the retitled inbox's, then none, against every one of them
+        assert retitled < whole / 3 and unchanged == 0, (retitled, unchanged, whole)

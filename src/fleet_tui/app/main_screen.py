@@ -21,7 +21,8 @@ and so do the panes only they change (the stream, the gauges, the header) when a
 A live frame due while a key is in hand waits for that draw (``FleetApp.key_drawn``).
 
 Its compositor draws an update from the rows the update writes (``compositor.py``), not every row
-of every widget in the update's bounds: the same bytes reach the terminal.
+of every widget in the update's bounds: the same bytes reach the terminal. It keeps the screen as
+composed, and the whole update that uncovers it is drawn from that, with what changed meanwhile.
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ class MainScreen(Screen[None]):
 
     def __init__(self, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name, id, classes)
-        self._compositor = SpanCompositor()  # an update drawn from the rows it shows (compositor.py)
+        # an update drawn from the rows it shows, the whole screen from its kept frame when it is
+        # uncovered (compositor.py); a theme (the app's CSS) drops that frame
+        self._spans = SpanCompositor(css_version=lambda: self.app._css_update_count)
+        self._compositor = self._spans
 
     def putting_away(self) -> None:
         """A dialog over this screen is being put away (``FleetApp._replace_screen``): Textual's
@@ -127,6 +131,7 @@ class MainScreen(Screen[None]):
             uncovered()
         if self._covered:  # after Textual's own handler (which asks for the repaint): draw it now
             self._covered = False
+            self._spans.reuse_frame = True  # from what it showed, with what changed since
             self.call_next(self._draw_now)
 
     def on_screen_suspend(self) -> None:
