@@ -125,3 +125,26 @@ def test_a_full_disk_is_named_with_its_fix_and_loses_nothing(tmp_path: Path) -> 
             "nothing already recorded was lost)"
         )
         assert [t.spec.name for t in store.list_tasks()] == ["kept"]
+
+
+def test_an_agents_inherited_environment_follows_every_change_to_the_engines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``inherited_env`` (decoded once, kept while the environment stays as it was) is always
+    ``dict(os.environ)``: a variable set, changed or removed in between is seen, and the copy
+    handed out is the caller's to change."""
+    import os
+
+    from fleet_tui.scheduler.attempts.launch import inherited_env
+
+    assert inherited_env() == dict(os.environ)
+    mine = inherited_env()
+    mine["FLEET_T_MINE"] = "x"  # the caller's copy: not the kept one
+    assert "FLEET_T_MINE" not in inherited_env()
+    monkeypatch.setenv("FLEET_T_NEW", "1")
+    assert inherited_env()["FLEET_T_NEW"] == "1"
+    monkeypatch.setenv("FLEET_T_NEW", "2")
+    assert inherited_env()["FLEET_T_NEW"] == "2"
+    monkeypatch.delenv("FLEET_T_NEW")
+    assert "FLEET_T_NEW" not in inherited_env()
+    assert inherited_env() == dict(os.environ)
