@@ -100,7 +100,8 @@ async def test_a_closed_dialog_uncovers_the_screen_drawn_from_its_kept_frame() -
     """Closing a dialog draws the whole screen from the frame the compositor kept, with what
     changed while the dialog covered it drawn anew: the lines Textual's own whole draw gives at
     that moment, from a handful of rows asked of the widgets instead of all of them. A new CSS
-    (a theme) drops the frame: the next close is Textual's whole draw again."""
+    (a theme) drops the frame: the next close is Textual's whole draw again; so does a new
+    size."""
     async with following_200_lines() as (app, pilot, engine):
         ours = app.screen._compositor
         assert isinstance(ours, SpanCompositor)
@@ -164,3 +165,10 @@ async def test_a_closed_dialog_uncovers_the_screen_drawn_from_its_kept_frame() -
         assert mine == textuals
         # rows asked of the widgets: the retitled inbox's, then none, against every one of them
         assert retitled < whole / 3 and unchanged == 0, (retitled, unchanged, whole)
+
+        # a new size moves every pane: the whole update after it is composed again, not kept
+        before = len(drawn)
+        await pilot.resize_terminal(130, 40)
+        await wait_for(pilot, lambda: len(drawn) > before and ours.size.width == 130, "the resized draw")
+        mine, textuals, _ = drawn[-1]
+        assert mine == textuals

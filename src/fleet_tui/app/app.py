@@ -534,7 +534,7 @@ class FleetApp(WheelKeys, App[None]):
             # a dialog or the detail screen covers the panes: their live lines and cells wait
             # (drawn beneath a see-through dialog they cost a redraw of the whole cockpit a
             # frame), and are drawn in a frame after the one that uncovers them, so closing the
-            # dialog is on screen without waiting for them (``MainScreen.on_screen_resume``)
+            # dialog is on screen without waiting for them (``MainScreen._on_screen_resume``)
             self._frame_held = True
             return
         if self._snapshot_held:
