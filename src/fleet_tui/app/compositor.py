@@ -23,17 +23,18 @@ is pinned in pyproject.toml: this follows ``Compositor._render_chops`` and
 (a chop it writes is one whose cell range meets a span; an empty one it skips).
 
 It also keeps the screen as last composed, each line's pieces by cut (the frame), up to date with
-every update it draws. A whole update (the one that uncovers the screen when a dialog closes, say)
-is drawn from that frame, with only what changed since drawn anew: the regions the compositor was
-given and the rows the widgets asked to repaint meanwhile (Textual drops those from its own set
-when the whole screen is to be drawn). A widget tells Textual what it changed, or Textual's own
-partial updates would not show it either; so the frame is the screen as Textual's whole draw would
-compose it. Textual's whole draw
-asks all thirteen widgets of the cockpit for every row and cuts 255 rows into pieces: 1.1-1.3 ms
-of the close's ~3 ms, where the bare app with one table draws in 0.2 ms. The frame is dropped
-when what it was made from moves: the widgets' places and order, the cuts, the app's CSS (a
-theme); each whole draw of Textual's then makes it again. What reaches the terminal is the same
-lines (``tests/app/test_compositor.py``).
+every update it draws. A widget tells Textual what it changed (else Textual's own partial updates
+would not show it either), so the frame is the screen as Textual's whole draw would compose it.
+A whole update is drawn from that frame, with only what changed since drawn anew: the regions the
+compositor was given and the rows the widgets asked to repaint meanwhile (Textual drops those
+from its own set when the whole screen is to be drawn). Textual's whole draw asks all thirteen
+widgets of the cockpit for every row and cuts 255 rows into pieces: 1.1-1.3 ms of a dialog's
+~3 ms close, where the bare app with one table draws in 0.2 ms. The draw that uncovers the screen
+leaves the widgets' rows to the frame after (``defer_widgets``), as the cockpit leaves its live
+lines: the close shows the screen as it was, at once, and what changed behind the dialog comes a
+frame later. The frame is dropped when what it was made from moves: the widgets' places and
+order, the cuts, the app's CSS (a theme); Textual's next whole draw makes it again. What reaches
+the terminal is what Textual's own draws would write (``tests/app/test_compositor.py``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class SpanCompositor(Compositor):
         #: the screen as last composed: each line's pieces by cut, every piece there
         self._frame: list[dict[int, Strip]] | None = None
         self._frame_layout: Layout | None = None
+        #: a whole update drawn from the frame leaves the widgets' own repaints to a later
+        #: update (its screen sets this for the draw that uncovers it) ...
+        self.defer_widgets = False
+        #: ... and those widgets are here after it, for the screen to draw next
+        self.deferred: list[Widget] = []
 
     def clear(self) -> None:
         super().clear()
@@ -83,7 +89,10 @@ class SpanCompositor(Compositor):
             return LayoutUpdate([list(line.values()) for line in chops], screen)
         regions = {region for region in self._dirty_regions if region != screen}
         self._dirty_regions.clear()
-        regions.update(self._pending())
+        if self.defer_widgets:  # the screen draws them in the frame after (``deferred``)
+            self.deferred = [w for w in self.visible_widgets if w._repaint_regions]
+        else:
+            regions.update(self._pending())
         if regions:
             crop = Region.from_union(list(regions)).intersection(screen)
             by_line = _by_line(self._regions_to_spans(regions))

@@ -29,7 +29,7 @@ meanwhile.
 from __future__ import annotations
 
 import time
-from typing import ClassVar, Self
+from typing import ClassVar, Self, cast
 
 from textual.events import Idle, ScreenResume
 from textual.geometry import Region
@@ -138,7 +138,16 @@ class MainScreen(Screen[None]):
         event.prevent_default()
         if self._covered:
             self._covered = False
-            self._draw_now()
+            spans = cast(SpanCompositor, self._compositor)
+            spans.defer_widgets = True  # the screen as it was: what changed behind, a frame later
+            try:
+                self._draw_now()
+            finally:
+                spans.defer_widgets = False
+            if spans.deferred:
+                self._dirty_widgets.update(spans.deferred)
+                spans.deferred = []
+                self.check_idle()  # Textual's idle handler starts the screen's timer for them
 
     def on_screen_suspend(self) -> None:
         self._covered = True
