@@ -22,8 +22,8 @@ A live frame due while a key is in hand waits for that draw (``FleetApp.key_draw
 
 Its compositor draws an update from the rows the update writes (``compositor.py``), not every row
 of every widget in the update's bounds: the same bytes reach the terminal. It keeps the screen as
-composed, and a whole update (the one that uncovers it) is drawn from that, with what changed
-meanwhile.
+composed, and a whole update is drawn from that, with what changed meanwhile; the one that
+uncovers it shows it as it was, and what changed behind the dialog comes a frame later.
 """
 
 from __future__ import annotations
