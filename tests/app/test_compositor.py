@@ -7,7 +7,7 @@ import copy
 import random
 from collections.abc import Callable
 
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from textual._compositor import Compositor, LayoutUpdate
 from textual.geometry import Region
 from textual.screen import Screen
@@ -27,6 +27,13 @@ def _textuals(compositor: SpanCompositor) -> Compositor:
     plain: Compositor = copy.copy(compositor)
     plain.__class__ = Compositor
     return plain
+
+
+def _textuals_whole(compositor: SpanCompositor, console: Console) -> str:
+    """The bytes of Textual's own whole draw of the screen ``compositor`` composes, now."""
+    region = compositor.size.region
+    chops = _textuals(compositor)._render_chops(region, lambda y: True)
+    return LayoutUpdate([list(chop.values()) for chop in chops], region).render_segments(console)
 
 
 def _updates(rng: random.Random, compositor: Compositor, count: int) -> list[set[Region]]:
@@ -119,10 +126,7 @@ async def test_a_closed_dialog_uncovers_the_screen_drawn_from_its_kept_frame() -
         def display(screen: Screen[object], update: RenderableType | None) -> None:
             if screen is main and isinstance(update, LayoutUpdate):
                 Widget.render_lines = original  # type: ignore[method-assign]
-                region = ours.size.region
-                theirs = _textuals(ours)._render_chops(region, lambda y: True)
-                whole = LayoutUpdate([list(chop.values()) for chop in theirs], region)
-                drawn.append((update.render_segments(console), whole.render_segments(console), rows[0]))
+                drawn.append((update.render_segments(console), _textuals_whole(ours, console), rows[0]))
             shown(screen, update)
 
         app._display = display  # type: ignore[method-assign,assignment]
@@ -157,9 +161,7 @@ async def test_a_closed_dialog_uncovers_the_screen_drawn_from_its_kept_frame() -
             frame = ours._current_frame()
             assert frame is not None
             kept = LayoutUpdate([list(line.values()) for line in frame], region)
-            theirs = _textuals(ours)._render_chops(region, lambda y: True)
-            whole = LayoutUpdate([list(chop.values()) for chop in theirs], region)
-            return kept.render_segments(console), whole.render_segments(console)
+            return kept.render_segments(console), _textuals_whole(ours, console)
 
         # the close shows the screen as it was, at once: what changed behind it comes a frame later
         mine, textuals, retitled = await close_help(retitle)

@@ -87,12 +87,12 @@ class SpanCompositor(Compositor):
             chops = cast("list[dict[int, Strip]]", self._render_chops(screen, lambda y: True))
             self._frame, self._frame_layout = chops, self._layout()
             return LayoutUpdate([list(line.values()) for line in chops], screen)
-        regions = {region for region in self._dirty_regions if region != screen}
-        self._dirty_regions.clear()
         if self.defer_widgets:  # the screen draws them in the frame after (``deferred``)
             self.deferred = [w for w in self.visible_widgets if w._repaint_regions]
-        else:
-            regions.update(self._pending())
+        else:  # the repaints Textual's whole draw leaves with the widgets, taken as it takes them
+            self.update_widgets(set(self.visible_widgets))
+        regions = {region for region in self._dirty_regions if region != screen}
+        self._dirty_regions.clear()
         if regions:
             crop = Region.from_union(list(regions)).intersection(screen)
             by_line = _by_line(self._regions_to_spans(regions))
@@ -141,16 +141,6 @@ class SpanCompositor(Compositor):
             for cut, piece in chops[y].items():
                 if piece is not None and piece is not _NOTHING:
                     kept[cut] = piece
-
-    def _pending(self) -> set[Region]:
-        """The screen regions the widgets asked to repaint and nothing drew yet, taken from them
-        (as ``Compositor.update_widgets`` takes them; Textual's whole repaint leaves them)."""
-        regions: set[Region] = set()
-        for widget, (region, clip) in self.visible_widgets.items():
-            for dirty in widget._exchange_repaint_regions():
-                if area := clip.intersection(dirty.translate(region.offset)):
-                    regions.add(area)
-        return regions
 
     def _chops(self, crop: Region, spans: Spans) -> Sequence[Mapping[int, Strip]]:
         """Each screen line's pieces between its cuts, filled where ``spans`` write them: by the
