@@ -441,13 +441,16 @@ def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0, 
     pipes close); the others live on. With ``spare_root`` it also keeps ``spare_count`` attempt
     folders ready there (spares.py), after the shims: both while the agents run. It runs at the
     agents' niceness ``nice``, and so do the shims it forks (invoke.ShimPool says why)."""
-    import socket  # the server only: a shim needs none
+    # the C module, not ``socket``: that one imports enum, selectors and a dozen more (a fifth
+    # more memory in the server), and every shim forked from it pays for those pages: a
+    # copy-on-write fault for each it writes, and its share of the unmapping when it exits
+    import _socket  # the server only: a shim needs none
 
     if nice > 0:
         proctree.nice_at_least(nice)
 
     proctree.preload_prctl()  # every shim makes itself a subreaper: inherit ctypes, don't import it
-    sock = socket.socket(fileno=0)
+    sock = _socket.socket(fileno=0)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -457,7 +460,9 @@ def zygote(ahead: int = 1, spare_root: str | None = None, spare_count: int = 0, 
     def send_one() -> None:
         pid, ticks, job_w, done_r = _fork_shim(wake_r, wake_w)
         try:
-            socket.send_fds(sock, [f"{pid} {ticks}".encode()], [job_w, done_r])
+            # what socket.send_fds sends: the message, and both ends as one SCM_RIGHTS array
+            rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (job_w, done_r))
+            sock.sendmsg([f"{pid} {ticks}".encode()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         finally:
             os.close(job_w)  # the supervisor's copies are the only ones: its end ends the shim
             os.close(done_r)
