@@ -551,21 +551,28 @@ class Engine(Controller):
 
     # -- one attempt --------------------------------------------------------------------------
     async def _start(self, task: Task) -> None:
+        """Start a picked task's attempt, then supervise it to its end in this same task (a task
+        of its own in the group cost some 30 us more an attempt on the engine's loop: anyio's
+        ``start_soon`` is that dear)."""
+        started: tuple[Running, Launch] | None = None
         try:
-            await self._start_one(task)
+            started = await self._start_one(task)
         finally:
             self._starting.pop(task.id).set()
             # a start that failed gave its slot back (its task's move, or a lost claim, told
             # the planner what changed)
             self.nudge()
-        r = self.runners.get(task.id)
-        if r is not None and self._stopping:
+        if started is None:
+            return
+        r, launch = started
+        if self._stopping:
             # the fleet stopped while this one was being started (a long worktree setup, say):
             # it gets what the others got, without holding up the stop
             if self._leave_running:
                 await self._hand_over_one(r)
             else:
                 r.runner.stop(StopReason.SHUTDOWN)
+        await self._supervise(r, launch)
 
     async def _starts_settled(self) -> None:
         """Wait until every claimed task being started has its runner (or failed to start):
@@ -573,7 +580,9 @@ class Engine(Controller):
         while self._starting:
             await next(iter(self._starting.values())).wait()
 
-    async def _start_one(self, queued: Task) -> None:
+    async def _start_one(self, queued: Task) -> tuple[Running, Launch] | None:
+        """Claim, prepare and start the task's attempt; its runner, to be supervised (None when
+        it did not start)."""
         now = self.clock()
 
         def claim_and_prepare() -> tuple[Task | None, Launch | Exception | None]:
@@ -596,22 +605,28 @@ class Engine(Controller):
             raise
         if task is None:
             self.planner.unclaimed(queued.id)  # another engine took it, or it changed: read again
-            return
+            return None
         self.planner.claimed(task.id)
         if isinstance(launch, LaunchError):
             move = lc.never_started(str(launch))
             await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
-            return
+            return None
         if isinstance(launch, OSError):  # a full disk, say: not the task's fault; back to the queue
             move = lc.requeue_later(str(launch), self.clock() + 60.0)
             self.bus.publish([Notice(f"{task.name}: {move.reason}")])
             await anyio.to_thread.run_sync(lambda: self.life.apply(task, move, held=True))
-            return
-        assert isinstance(launch, Launch) and self._tg is not None
-        self._launch_runner(task, launch)
+            return None
+        assert isinstance(launch, Launch)
+        return self._runner_for(task, launch), launch
 
     def _launch_runner(self, task: Task, launch: Launch) -> None:
-        """Supervise a started (or adopted) attempt: a runner on its shim, in the runners' group."""
+        """Supervise an adopted attempt: a runner on its shim, in the runners' group."""
+        running = self._runner_for(task, launch)
+        assert self._tg is not None
+        self._tg.start_soon(self._supervise, running, launch)
+
+    def _runner_for(self, task: Task, launch: Launch) -> Running:
+        """The runner of a started (or adopted) attempt on its shim, counted among the runners."""
         # a first attempt has none before it: no store read on the loop for it
         earlier = [a for a in self.store.attempts(task.id) if a.n < task.attempt] if task.attempt > 1 else []
         base_cost = sum(a.cost_usd or 0.0 for a in earlier)
@@ -659,8 +674,7 @@ class Engine(Controller):
         )
         running.base_cost, running.base_tokens = base_cost, base_tokens
         self.runners[tid] = running
-        assert self._tg is not None
-        self._tg.start_soon(self._supervise, running, launch)
+        return running
 
     def _lane_for(self, task: Task, verdict: bool = False) -> anyio.CapacityLimiter | None:
         """``lane`` for this task's start (or its verdict) when that work is short: in place (no
