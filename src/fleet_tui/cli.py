@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
-import secrets
 import sys
 import time
 from collections.abc import Sequence
@@ -42,7 +42,7 @@ from fleet_tui.scheduler.humans.inbox import sanitize_for_display as clean
 
 def _slug(text: str) -> str:
     words = re.findall(r"[a-z0-9]+", text.lower())[:4]
-    return ("-".join(words) or "task")[:40] + "-" + secrets.token_hex(2)
+    return ("-".join(words) or "task")[:40] + "-" + os.urandom(2).hex()
 
 
 # -- commands -----------------------------------------------------------------------------------

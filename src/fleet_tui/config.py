@@ -16,7 +16,6 @@ optional key (shown as ``none``) is unset by ``config set KEY none``.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import tempfile
@@ -759,6 +758,8 @@ class ConfigWatcher:
             return (0, 0, f"unreadable: {exc}"), None
         except TrustError as exc:
             return (0, 0, str(exc).removeprefix(f"{self.path}: ")), None
+        import hashlib  # here: it loads OpenSSL's library, a cost every command paid at start
+
         return (st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest()), data.decode(
             "utf-8-sig", errors="replace"
         )

@@ -8,7 +8,6 @@ that sees it, which is what lets the store hand each event to exactly one sender
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import time
 from dataclasses import dataclass
@@ -94,6 +93,8 @@ def drained_notice(tasks: tuple[Task, ...]) -> Notice:
     for t in tasks:
         counts[t.status.value] = counts.get(t.status.value, 0) + 1
     state = ",".join(sorted(f"{t.id}={t.status.value}:{t.attempt}" for t in tasks))
+    import hashlib  # here: it loads OpenSSL's library, a cost every command paid at start
+
     digest = hashlib.sha256(state.encode()).hexdigest()[:16]
     parts = [f"{counts.get('done', 0)} done"]
     if counts.get("needs_human"):

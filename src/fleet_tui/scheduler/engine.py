@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import logging
 import os
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -127,7 +126,7 @@ class Engine(Controller):
     ) -> None:
         self.cfg = config or Config()
         self.host = host or hostname()
-        self.owner = f"{self.host}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.owner = f"{self.host}:{os.getpid()}:{os.urandom(3).hex()}"
         self.bus = Bus()
         # store outages are waited out (outage.py); a shorter SQLite busy timeout lets the engine
         # say what it waits for instead of hanging silently in a lock
@@ -559,9 +558,12 @@ class Engine(Controller):
             started = await self._start_one(task)
         finally:
             self._starting.pop(task.id).set()
-            # a start that failed gave its slot back (its task's move, or a lost claim, told
-            # the planner what changed)
-            self.nudge()
+            if started is None:
+                # a start that failed gave its slot back (its task's move, or a lost claim, told
+                # the planner what changed). One that started holds the slot it held while
+                # starting, as its runner now: nothing to plan again for (a pass of the schedule
+                # loop an attempt, to find the slots still full)
+                self.nudge()
         if started is None:
             return
         r, launch = started

@@ -9,7 +9,6 @@ or is mid-rebase is refused; a conflict aborts cleanly and names the files.
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 from fleet_tui.scheduler.git.worktree import (
@@ -100,7 +99,7 @@ def _merge_once(info: WorktreeInfo, message: str) -> MergeResult | None:
     assert old is not None
     if _git(repo, "merge-base", "--is-ancestor", info.branch, old, check=False)[0] == 0:
         return MergeResult(True, old, (), f"{info.branch} is already merged into {info.base_ref}")
-    tmp = info.path.parent / f"{MERGE_PREFIX}{info.path.name}-{secrets.token_hex(4)}"
+    tmp = info.path.parent / f"{MERGE_PREFIX}{info.path.name}-{os.urandom(4).hex()}"
     try:
         _retrying(lambda: _wt(repo, "add", "--detach", str(tmp), old))
         status, out, err = _git_owned(

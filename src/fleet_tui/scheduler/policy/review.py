@@ -26,7 +26,6 @@ prompt, raw stdout, stderr, the shim's records, plus the reply), next to the att
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import subprocess
 import threading
@@ -295,6 +294,8 @@ def _fingerprint(workdir: Path) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
+    import hashlib  # here: it loads OpenSSL's library, a cost every command paid at start
+
     h = hashlib.sha256(st.stdout)
     h.update(diff.stdout)
     for line in st.stdout.split(b"\0"):  # untracked files' content is not in the diff

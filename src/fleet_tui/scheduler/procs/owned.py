@@ -12,7 +12,6 @@ is gone, which only a ``kill -9`` of the keeper itself can leave behind.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -80,7 +79,7 @@ def run_owned(
     if cdir is not None:
         try:
             cdir.mkdir(parents=True, exist_ok=True)
-            pidfile = str(cdir / f"{os.getpid()}-{secrets.token_hex(4)}.json")
+            pidfile = str(cdir / f"{os.getpid()}-{os.urandom(4).hex()}.json")
         except OSError:
             pidfile = ""
     keeper = [

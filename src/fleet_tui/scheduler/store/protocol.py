@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -118,7 +117,7 @@ def new_id(prefix: str = "t") -> str:
         else:
             n = 0
         _last_id[:] = [ms, n]
-    return f"{prefix}-{ms & 0xFFFFFFFF:08x}{n:02x}{secrets.token_hex(2)}"
+    return f"{prefix}-{ms & 0xFFFFFFFF:08x}{n:02x}{os.urandom(2).hex()}"
 
 
 #: the dataclasses' field names, read once: these run for every task read and every event
