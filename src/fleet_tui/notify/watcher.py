@@ -225,6 +225,8 @@ class Watcher:
             self.active = True
         if t.status in (TaskStatus.DONE, TaskStatus.CANCELLED, TaskStatus.NEEDS_HUMAN, TaskStatus.QUEUED):
             self.loops.forget(t.id)
+        if not self.workers and self.desktop is None:
+            return  # nowhere to send a notice (the default): none is composed, for every end
         fresh = (old is None and t.updated_at >= self.started - 5) or (
             old is not None and (old.status != t.status or old.reason != t.reason)
         )
