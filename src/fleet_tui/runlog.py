@@ -135,8 +135,8 @@ class RunPrinter:
         self.names[t.id] = t.name
         key = (t.status.value, t.reason, t.attempt)
         old = self.seen.get(t.id)
-        fields = {"task": t.name, "task_id": t.id, "status": t.status.value, "attempt": t.attempt}
-        if old != key:
+        if old != key:  # the engine's snapshots hand on every task that moved again: most are seen
+            fields = {"task": t.name, "task_id": t.id, "status": t.status.value, "attempt": t.attempt}
             self.seen[t.id] = key
             was = old[0] if old else "new"
             arrow = f"{was} -> {t.status.value}" if was != t.status.value else t.status.value
