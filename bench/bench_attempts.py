@@ -100,6 +100,19 @@ def file_cost_us(scratch: Path, n: int = 200) -> float:
     return (time.process_time() - c0) / n * 1e6
 
 
+def speed_ms() -> float:
+    """Milliseconds of CPU for a fixed loop of Python (the least of three): the machine's speed at
+    the moment, printed at the start and the end. On this shared 2-core machine the same loop
+    took from 37 to 50 ms within minutes, and the per-slot figure moved with it (13.3-20.3 ms
+    per attempt per slot in five runs of the same code within the hour)."""
+    best = float("inf")
+    for _ in range(3):
+        c0 = time.process_time()
+        sum(range(3_000_000))
+        best = min(best, time.process_time() - c0)
+    return best * 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--tasks", type=int, default=200)
@@ -113,11 +126,11 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(
         f"tasks={n} concurrency={p} rounds={args.rounds} ({config});"
-        f" load average {load:.1f} on {os.cpu_count()} cores"
+        f" load average {load:.1f} on {os.cpu_count()} cores; a fixed Python loop {speed_ms():.0f} ms"
     )
     with tempfile.TemporaryDirectory() as d:  # every home and probe file, deleted at the end
         measure(args, n, p, Path(d))
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}; the fixed Python loop {speed_ms():.0f} ms")
 
 
 def spread(values: list[float], fmt: str) -> str:
