@@ -103,8 +103,8 @@ def file_cost_us(scratch: Path, n: int = 200) -> float:
 def speed_ms() -> float:
     """Milliseconds of CPU for a fixed loop of Python (the least of three): the machine's speed at
     the moment, printed at the start and the end. On this shared 2-core machine the same loop
-    took from 37 to 50 ms within minutes, and the per-slot figure moved with it (13.3-20.3 ms
-    per attempt per slot in five runs of the same code within the hour)."""
+    took from 35 to 50 ms within an hour, while seven runs of the same code measured 13.3-23.9
+    ms per attempt per slot (not in step with it: bench/README.md's notes, 2026-12-08)."""
     best = float("inf")
     for _ in range(3):
         c0 = time.process_time()
