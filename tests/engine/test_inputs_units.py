@@ -38,6 +38,31 @@ def test_a_nul_in_a_value_cannot_inject_a_variable() -> None:
     assert got_env == env and "LD_PRELOAD" not in got_env
 
 
+def _job(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    r, w = os.pipe()
+    os.write(w, shim.encode_job(argv, env))
+    os.close(w)
+    try:
+        return shim.read_job(r)
+    finally:
+        os.close(r)
+
+
+def test_a_jobs_variables_encoded_once_each_still_carry_every_change() -> None:
+    """The engine encodes each (name, value) of an agent's environment once: a value that changes
+    is encoded anew (never the name's old value), and what is kept stays bounded."""
+    shim._pairs.clear()
+    assert _job(["agent"], {"A": "1", "NL": "x\ny", "NUL": "p\0Q=1"}) == (
+        ["agent"],
+        {"A": "1", "NL": "x\ny", "NUL": "p\0Q=1"},
+    )
+    assert ("A", "1") in shim._pairs
+    assert _job(["agent"], {"A": "2", "NL": "x\ny"}) == (["agent"], {"A": "2", "NL": "x\ny"})
+    for i in range(shim._PAIRS_MOST + 50):  # a task's own values, one per attempt
+        assert _job([], {"FLEET_TASK_ID": f"t-{i}"})[1] == {"FLEET_TASK_ID": f"t-{i}"}
+    assert len(shim._pairs) <= shim._PAIRS_MOST + 1
+
+
 def test_a_warm_shim_runs_exactly_the_job(tmp_path: Path) -> None:
     """Through a real warm shim: a NUL inside a variable's value cannot become a variable of its
     own; the shim refuses to start the agent (it could only be cut) and says why."""
