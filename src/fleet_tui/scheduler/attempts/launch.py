@@ -26,7 +26,7 @@ from fleet_tui.scheduler.humans.mcp_ask_human import server_launch
 from fleet_tui.scheduler.lifecycle import RETRIED_FAILURES, AttemptOutcome
 from fleet_tui.scheduler.model import Attempt, Event, Task
 from fleet_tui.scheduler.policy.prompt import DependencyResult, PromptContext, build_prompt
-from fleet_tui.scheduler.procs import attemptdir
+from fleet_tui.scheduler.procs import attemptdir, attemptfiles
 from fleet_tui.scheduler.procs import shim as shimmod
 from fleet_tui.scheduler.procs.runner import ShimPool, ShimProcess, read_json, spawn_shim
 from fleet_tui.scheduler.procs.spares import SPARE_DIR, Spares
@@ -339,7 +339,7 @@ class Launcher:
         prompt_file = adir / attemptdir.PROMPT
         own = getattr(coder, "prompt_file", None)
         if own is None or own(ctx) != prompt_file:  # else the coder's prepare just wrote it there
-            prompt_file.write_text(prompt, encoding="utf-8")
+            attemptfiles.write_new(str(prompt_file), prompt.encode("utf-8"))
         env = inherited_env()
         for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
             env.pop(k, None)
