@@ -114,6 +114,23 @@ def test_lease_reads_and_writes(tmp_path: Path) -> None:
         attemptdir.write_lease(tmp_path / "missing", 1.0)
 
 
+def test_a_small_file_is_written_into_and_cut_to_what_was_written(tmp_path: Path) -> None:
+    """``write_new`` writes into an attempt's files as they are (a spare folder's come empty) with
+    no truncation first: a missing file is made, an empty one filled, and one that held more is
+    cut to the bytes just written."""
+    p = tmp_path / "prompt.txt"
+    attemptfiles.write_new(str(p), b"a first, longer prompt\n")
+    assert p.read_bytes() == b"a first, longer prompt\n"
+    attemptfiles.write_new(str(p), b"short\n")
+    assert p.read_bytes() == b"short\n"
+    p.write_bytes(b"")
+    attemptfiles.write_new(str(p), b"x" * 70_000)  # more than one write may take
+    assert p.read_bytes() == b"x" * 70_000
+    attemptfiles.write_json(str(tmp_path / "shim.json"), {"pid": 1, "note": "a\nb"})
+    attemptfiles.write_json(str(tmp_path / "shim.json"), {"pid": 2})
+    assert json.loads((tmp_path / "shim.json").read_text()) == {"pid": 2}
+
+
 def test_the_shim_and_its_siblings_import_bare_and_cheap() -> None:
     """The shim runs from its folder without the package; what it imports must stay cheap (no
     json, re, enum, dataclasses, typing) and attemptdir must import bare too."""
