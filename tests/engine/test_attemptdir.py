@@ -115,16 +115,16 @@ def test_lease_reads_and_writes(tmp_path: Path) -> None:
 
 
 def test_a_small_file_is_written_into_and_cut_to_what_was_written(tmp_path: Path) -> None:
-    """``write_new`` writes into an attempt's files as they are (a spare folder's come empty) with
+    """``write_into`` writes into an attempt's files as they are (a spare folder's come empty) with
     no truncation first: a missing file is made, an empty one filled, and one that held more is
     cut to the bytes just written."""
     p = tmp_path / "prompt.txt"
-    attemptfiles.write_new(str(p), b"a first, longer prompt\n")
+    attemptfiles.write_into(str(p), b"a first, longer prompt\n")
     assert p.read_bytes() == b"a first, longer prompt\n"
-    attemptfiles.write_new(str(p), b"short\n")
+    attemptfiles.write_into(str(p), b"short\n")
     assert p.read_bytes() == b"short\n"
     p.write_bytes(b"")
-    attemptfiles.write_new(str(p), b"x" * 70_000)  # more than one write may take
+    attemptfiles.write_into(str(p), b"x" * 70_000)  # more than one write may take
     assert p.read_bytes() == b"x" * 70_000
     attemptfiles.write_json(str(tmp_path / "shim.json"), {"pid": 1, "note": "a\nb"})
     attemptfiles.write_json(str(tmp_path / "shim.json"), {"pid": 2})

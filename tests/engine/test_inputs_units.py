@@ -26,18 +26,6 @@ from fleet_tui.scheduler.store.protocol import event_from_row, event_payload
 EVENT_FIELD_CAP = 256 * 1024  # coders.base.EVENT_FIELD_CAP
 
 
-def test_a_nul_in_a_value_cannot_inject_a_variable() -> None:
-    argv = ["agent", "-p", "hi\0EVIL=1", "", "x\ny"]
-    env = {"FLEET_PROMPT": "x\0LD_PRELOAD=/tmp/evil.so", "A": "1", "EMPTY": "", "NL": "a\nb"}
-    r, w = os.pipe()
-    os.write(w, shim.encode_job(argv, env))
-    os.close(w)
-    got_argv, got_env = shim.read_job(r)
-    os.close(r)
-    assert got_argv == argv
-    assert got_env == env and "LD_PRELOAD" not in got_env
-
-
 def _job(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     r, w = os.pipe()
     os.write(w, shim.encode_job(argv, env))
@@ -46,6 +34,14 @@ def _job(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str
         return shim.read_job(r)
     finally:
         os.close(r)
+
+
+def test_a_nul_in_a_value_cannot_inject_a_variable() -> None:
+    argv = ["agent", "-p", "hi\0EVIL=1", "", "x\ny"]
+    env = {"FLEET_PROMPT": "x\0LD_PRELOAD=/tmp/evil.so", "A": "1", "EMPTY": "", "NL": "a\nb"}
+    got_argv, got_env = _job(argv, env)
+    assert got_argv == argv
+    assert got_env == env and "LD_PRELOAD" not in got_env
 
 
 def test_a_jobs_variables_encoded_once_each_still_carry_every_change() -> None:

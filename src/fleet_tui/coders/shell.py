@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from fleet_tui.coders.base import AttemptContext, BaseCoder, BaseNormalizer, Normalizer
 from fleet_tui.scheduler.model import Event, Outcome
-from fleet_tui.scheduler.procs.attemptfiles import write_new
+from fleet_tui.scheduler.procs.attemptfiles import write_into
 
 SHELL = "/bin/sh"
 #: FLEET_PROMPT is set only up to this many bytes (Linux caps one env string at 128 KiB)
@@ -86,9 +86,8 @@ class ShellCoder(BaseCoder):
 
     def prepare(self, ctx: AttemptContext) -> None:
         path = self.prompt_file(ctx)
-        if not path.parent.is_dir():
-            path.parent.mkdir(parents=True, exist_ok=True)
-        write_new(str(path), ctx.prompt.encode("utf-8"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_into(str(path), ctx.prompt.encode("utf-8"))
 
     def env(self, ctx: AttemptContext) -> dict[str, str]:
         env = {

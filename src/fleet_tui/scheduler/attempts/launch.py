@@ -339,7 +339,7 @@ class Launcher:
         prompt_file = adir / attemptdir.PROMPT
         own = getattr(coder, "prompt_file", None)
         if own is None or own(ctx) != prompt_file:  # else the coder's prepare just wrote it there
-            attemptfiles.write_new(str(prompt_file), prompt.encode("utf-8"))
+            attemptfiles.write_into(str(prompt_file), prompt.encode("utf-8"))
         env = inherited_env()
         for k in ("FLEET_PROMPT", "FLEET_STORE"):  # the store URL may carry a password: agents get none
             env.pop(k, None)

@@ -101,7 +101,7 @@ def dump_json(data: dict[str, object]) -> str:
     return "{" + ", ".join(f"{_json_value(k)}: {_json_value(v)}" for k, v in data.items()) + "}"
 
 
-def write_new(path: str, data: bytes) -> None:
+def write_into(path: str, data: bytes) -> None:
     """``path`` made (or rewritten) to hold ``data``, with the bare system calls. An attempt's
     files already exist, empty (a spare folder comes with them: spares.py): they are written
     into, and cut short only when they held more. ``open()`` asks a new file four questions
@@ -122,7 +122,7 @@ def write_new(path: str, data: bytes) -> None:
 def write_json(path: str, data: dict[str, object]) -> None:
     """Replace ``path`` with ``data`` atomically (a reader sees the old or the new, never half)."""
     tmp = f"{path}.tmp"
-    write_new(tmp, dump_json(data).encode())
+    write_into(tmp, dump_json(data).encode())
     os.replace(tmp, path)
 
 
@@ -244,7 +244,7 @@ def write_deadline(dir: str, deadline: float) -> None:
         return
     tmp = path + ".tmp"
     try:
-        write_new(tmp, text.encode())
+        write_into(tmp, text.encode())
         os.replace(tmp, path)
     except OSError:
         try:
